@@ -1,0 +1,1 @@
+"""Channel adapters: native events to Inbound, Outbound to native calls."""

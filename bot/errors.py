@@ -1,0 +1,65 @@
+"""The exception tree of fanbot.
+
+::
+
+    FanbotError
+    ├── ConfigError          a user's configuration mistake: clear message, exit code 2
+    ├── RedisUnavailable     the shared state cannot be reached
+    ├── DeliveryError        a platform refused or failed a send (retry_after, permanent)
+    ├── ToolError            a tool call the model made is invalid; the model sees the text
+    │   └── SpawnRejected    sessions_spawn parameters are invalid
+    └── RunInterrupted       a run must end early (stop flag or soft deadline)
+        ├── RunStopped
+        └── RunDeadline
+"""
+
+from __future__ import annotations
+
+
+class FanbotError(Exception):
+    """Root of every error fanbot raises on purpose."""
+
+
+class ConfigError(FanbotError):
+    """The configuration is invalid; the message names the setting."""
+
+
+class RedisUnavailable(FanbotError):
+    """Redis cannot be reached."""
+
+
+class DeliveryError(FanbotError):
+    """A platform send failed.
+
+    Args:
+        message: What went wrong, safe to log (no secrets).
+        retry_after: Seconds the platform asked us to wait, if it said.
+        permanent: Retrying cannot succeed (e.g. the channel does not exist).
+    """
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, permanent: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.permanent = permanent
+
+
+class ToolError(FanbotError):
+    """A tool call cannot be carried out; the text goes back to the model."""
+
+
+class SpawnRejected(ToolError):
+    """``sessions_spawn`` was called with invalid parameters."""
+
+
+class RunInterrupted(FanbotError):
+    """A run must end between steps."""
+
+
+class RunStopped(RunInterrupted):
+    """Someone asked the run to stop."""
+
+
+class RunDeadline(RunInterrupted):
+    """The run's soft deadline passed."""

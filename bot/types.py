@@ -1,0 +1,223 @@
+"""Core values that cross between adapters, the gateway, stores and workers.
+
+Everything here is a frozen, keyword-only dataclass or a ``str`` enum so it round-trips
+through JSON and Redis without a custom codec. Adapters build :class:`Inbound` from native
+events and turn :class:`Outbound` into native calls; nothing else in ``bot`` knows a platform.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Platform(enum.StrEnum):
+    """Channels fanbot can serve."""
+
+    CONSOLE = "console"
+    SLACK = "slack"
+    TELEGRAM = "telegram"
+    MATRIX = "matrix"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThreadRef:
+    """Where a conversation lives.
+
+    Attributes:
+        platform: ``slack``, ``telegram``, ``matrix`` or ``console``.
+        account: Slack team id, Telegram bot id, Matrix bot user id, ``local`` for console.
+        chat: Slack channel, Telegram chat id, Matrix room id.
+        thread: Slack root ``thread_ts``, Telegram ``message_thread_id``, Matrix thread
+            root event id; ``None`` for the chat's main timeline / General topic.
+    """
+
+    platform: str
+    account: str
+    chat: str
+    thread: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ThreadRef:
+        thread = data.get("thread")
+        return cls(
+            platform=str(data["platform"]),
+            account=str(data["account"]),
+            chat=str(data["chat"]),
+            thread=None if thread in (None, "") else str(thread),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sender:
+    """Who wrote an inbound message. ``user_id`` is the platform's own id."""
+
+    user_id: str
+    display_name: str = ""
+    is_bot: bool = False
+    is_self: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inbound:
+    """One normalized message from any channel.
+
+    Attributes:
+        thread: Where the message was written (and where answers go).
+        sender: Its author.
+        text: Plain text with the bot mention already stripped by the adapter.
+        message_id: The platform's id of this message or event (used for dedupe).
+        mentioned: The bot was addressed (mention, reply to the bot, slash command).
+        is_dm: A direct conversation with the bot.
+        is_edit: An edit of an earlier message (ignored by the middleware).
+        event_id: Dedupe key if different from ``message_id`` (e.g. a Slack event id).
+    """
+
+    thread: ThreadRef
+    sender: Sender
+    text: str
+    message_id: str
+    mentioned: bool = False
+    is_dm: bool = False
+    is_edit: bool = False
+    event_id: str | None = None
+
+    @property
+    def dedupe_id(self) -> str:
+        return self.event_id or self.message_id
+
+
+class OutboundKind(enum.StrEnum):
+    REPLY = "reply"
+    ANNOUNCE = "announce"
+    STATUS = "status"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outbound:
+    """One message the bot wants to post (markdown text; adapters convert).
+
+    Attributes:
+        thread: Destination.
+        text: Markdown as the model writes it.
+        kind: reply, announce or status.
+        edit_of: Platform message id to edit instead of posting anew.
+        idempotency_key: Egress delivers each key once.
+        ephemeral_to: Platform user id for an ephemeral answer where supported.
+    """
+
+    thread: ThreadRef
+    text: str
+    kind: OutboundKind = OutboundKind.REPLY
+    edit_of: str | None = None
+    idempotency_key: str = ""
+    ephemeral_to: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "thread": self.thread.to_json(),
+            "text": self.text,
+            "kind": self.kind.value,
+            "edit_of": self.edit_of,
+            "idempotency_key": self.idempotency_key,
+            "ephemeral_to": self.ephemeral_to,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Outbound:
+        return cls(
+            thread=ThreadRef.from_json(data["thread"]),
+            text=str(data["text"]),
+            kind=OutboundKind(data.get("kind", "reply")),
+            edit_of=data.get("edit_of"),
+            idempotency_key=str(data.get("idempotency_key", "")),
+            ephemeral_to=data.get("ephemeral_to"),
+        )
+
+
+class RunStatus(enum.StrEnum):
+    """Lifecycle of a subagent run; exactly one terminal transition happens."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    STOPPED = "stopped"
+    UNKNOWN = "unknown"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+TERMINAL_STATUSES = frozenset(s for s in RunStatus if s.terminal)
+
+
+class Cleanup(enum.StrEnum):
+    KEEP = "keep"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """Token counts of one or more model calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """A subagent run as stored in its Redis hash (the source of truth, not RQ)."""
+
+    run_id: str
+    seq: int
+    session_key: str
+    child_session_key: str
+    session_id: str
+    thread: ThreadRef
+    requester: str
+    agent_id: str
+    subagent_type: str
+    task: str
+    model: str
+    label: str = ""
+    thinking: str = ""
+    timeout_s: int = 600
+    cleanup: Cleanup = Cleanup.KEEP
+    status: RunStatus = RunStatus.QUEUED
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+    result: str = ""
+    notes: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    job_id: str = ""
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+    archived_at: float | None = None
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens)
+
+    @property
+    def display_name(self) -> str:
+        return self.label or self.task

@@ -1,0 +1,1 @@
+"""RQ job entry points, callbacks, maintenance and the worker launcher."""

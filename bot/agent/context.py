@@ -1,0 +1,31 @@
+"""What a tool call knows about where it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bot.deps import Deps
+from bot.types import ThreadRef
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """Passed to every tool.
+
+    Attributes:
+        deps: Stores, settings, model client.
+        session_key: The session the calling agent serves (requester or child).
+        thread: Where answers for this session go.
+        requester: ``platform:user_id`` of the person whose message started this work.
+        agent_id: The agent doing the work.
+        run_id: Set when the caller is a subagent run.
+        spawned: Run ids spawned during this turn (bounded per turn).
+    """
+
+    deps: Deps
+    session_key: str
+    thread: ThreadRef
+    requester: str
+    agent_id: str
+    run_id: str | None = None
+    spawned: list[str] = field(default_factory=list)

@@ -1,0 +1,145 @@
+"""The tool loop: call the model, run the tools it asks for, repeat until it answers.
+
+Between steps the loop asks its control for a checkpoint (stop flag, soft deadline) and for
+steering messages (``/subagents send``). Usage accumulates in a :class:`Meter` the caller
+owns, so the tokens spent survive any exception that ends the run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.agent.context import ToolContext
+from bot.agent.llm import ChatModel
+from bot.agent.tools import Tool, execute_tool
+from bot.errors import RunDeadline
+from bot.types import Usage
+
+Message = dict[str, Any]
+
+
+def _nothing() -> None:
+    return None
+
+
+def _no_steering() -> list[str]:
+    return []
+
+
+def _ignore(_: Any) -> None:
+    return None
+
+
+@dataclass(kw_only=True)
+class Meter:
+    """Running totals of one agent run (mutable on purpose: the caller keeps it)."""
+
+    usage: Usage = field(default_factory=Usage)
+    steps: int = 0
+    tool_calls: int = 0
+    last_text: str = ""
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopControl:
+    """Hooks the loop calls; all optional.
+
+    Attributes:
+        checkpoint: Raises :class:`bot.errors.RunInterrupted` to end the run cleanly.
+        steering: Messages to inject as user turns before the next step.
+        record: Called with every message appended to the context (transcript).
+        progress: Called with a short status text after each step and tool call.
+        deadline: ``time.monotonic()`` value of the soft deadline.
+    """
+
+    checkpoint: Callable[[], None] = _nothing
+    steering: Callable[[], list[str]] = _no_steering
+    record: Callable[[Message], None] = _ignore
+    progress: Callable[[str], None] = _ignore
+    deadline: float | None = None
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopResult:
+    text: str
+    complete: bool
+    """False when the step limit ended the loop before a final answer."""
+
+
+def run_loop(
+    *,
+    model: ChatModel,
+    model_name: str,
+    messages: list[Message],
+    tools: Sequence[Tool],
+    ctx: ToolContext,
+    max_steps: int,
+    meter: Meter,
+    control: LoopControl | None = None,
+    thinking: str = "",
+    max_tool_chars: int = 20_000,
+) -> LoopResult:
+    """Drive the model until it answers without tool calls or ``max_steps`` is reached."""
+    control = control or LoopControl()
+    by_name = {t.name: t for t in tools}
+    schemas = [t.schema() for t in tools]
+    for _ in range(max_steps):
+        _before_step(control, messages)
+        completion = model.complete(
+            model=model_name,
+            messages=messages,
+            tools=schemas,
+            thinking=thinking,
+            timeout=_request_timeout(control, model.settings.request_timeout),
+        )
+        meter.usage += completion.usage
+        meter.steps += 1
+        _append(messages, completion.as_message(), control)
+        if completion.content:
+            meter.last_text = completion.content
+        if not completion.tool_calls:
+            control.progress(_status(meter, "answering"))
+            return LoopResult(text=completion.content, complete=True)
+        for call in completion.tool_calls:
+            control.checkpoint()
+            meter.tool_calls += 1
+            control.progress(_status(meter, f"🔧 {call.name}"))
+            result = execute_tool(
+                by_name, name=call.name, arguments=call.arguments, ctx=ctx, max_chars=max_tool_chars
+            )
+            _append(messages, {"role": "tool", "tool_call_id": call.id, "content": result}, control)
+    return LoopResult(text=meter.last_text, complete=False)
+
+
+def _before_step(control: LoopControl, messages: list[Message]) -> None:
+    control.checkpoint()
+    for note in control.steering():
+        text = f"[Message from the requester while you work] {note}"
+        _append(messages, {"role": "user", "content": text}, control)
+
+
+def _append(messages: list[Message], message: Message, control: LoopControl) -> None:
+    messages.append(message)
+    control.record(message)
+
+
+def _request_timeout(control: LoopControl, configured: float) -> float:
+    remaining = control.remaining()
+    if remaining is None:
+        return configured
+    if remaining <= 0:
+        raise RunDeadline("soft deadline reached")
+    return max(1.0, min(configured, remaining))
+
+
+def _status(meter: Meter, doing: str) -> str:
+    elapsed = int(time.monotonic() - meter.started)
+    tokens = meter.usage.total
+    return f"step {meter.steps} · {doing} · {tokens} tokens · {elapsed}s"

@@ -1,0 +1,181 @@
+"""Tools the model can call: their schema, safe execution, and the built-in ones.
+
+A tool failure becomes text the model reads ("error: ..."), never a crashed job. Two kinds
+of exception are never swallowed: RQ's job timeout and our own run interruptions (stop,
+soft deadline) — a broad ``except Exception`` would otherwise eat them.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import importlib
+import json
+import logging
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field, ValidationError
+from rq.timeouts import BaseTimeoutException
+
+from bot.errors import ConfigError, RunInterrupted, ToolError
+
+if TYPE_CHECKING:
+    from bot.agent.context import ToolContext
+
+log = logging.getLogger(__name__)
+
+SESSION_TOOLS = frozenset(
+    {"sessions_spawn", "sessions_list", "sessions_history", "sessions_send", "agents_list"}
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """A function the model may call.
+
+    Attributes:
+        name: Identifier the model uses.
+        description: What it is for, shown to the model.
+        args: Pydantic model validating the arguments.
+        run: ``(context, validated_args) -> text result``.
+    """
+
+    name: str
+    description: str
+    args: type[BaseModel]
+    run: Callable[[ToolContext, Any], str]
+
+    def schema(self) -> dict[str, Any]:
+        params = self.args.model_json_schema()
+        params.pop("title", None)
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
+
+
+def execute_tool(
+    tools: Mapping[str, Tool], *, name: str, arguments: str, ctx: ToolContext, max_chars: int
+) -> str:
+    """Run one tool call and return the text the model sees."""
+    tool = tools.get(name)
+    if tool is None:
+        return f"error: unknown tool {name!r}; available: {', '.join(sorted(tools)) or 'none'}"
+    try:
+        raw = json.loads(arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return f"error: arguments for {name} are not valid JSON ({exc.msg} at {exc.pos})"
+    if not isinstance(raw, dict):
+        return f"error: arguments for {name} must be a JSON object"
+    try:
+        args = tool.args.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
+        )
+        return f"error: invalid arguments for {name}: {problems}"
+    try:
+        result = tool.run(ctx, args)
+    except (BaseTimeoutException, RunInterrupted):
+        raise
+    except ToolError as exc:
+        return f"error: {exc}"
+    except Exception as exc:
+        log.warning("tool %s raised %s", name, type(exc).__name__, exc_info=True)
+        return f"error: {name} failed: {type(exc).__name__}: {exc}"
+    return _bounded(str(result), max_chars)
+
+
+def _bounded(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[… truncated: {len(text) - limit} more characters]"
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+class CalculateArgs(BaseModel):
+    expression: str = Field(min_length=1, max_length=500, description="Arithmetic, e.g. 2*(3+4)")
+
+
+_OPS: dict[type, Callable[..., Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+
+
+def _eval(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > 100:
+            raise ToolError("exponent too large")
+        return _OPS[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_eval(node.operand))
+    raise ToolError("only numbers and + - * / // % ** ( ) are allowed")
+
+
+def _calculate(ctx: ToolContext, args: CalculateArgs) -> str:
+    try:
+        tree = ast.parse(args.expression, mode="eval")
+        return str(_eval(tree.body))
+    except SyntaxError as exc:
+        raise ToolError(f"not an expression: {exc.msg}") from None
+    except ZeroDivisionError:
+        raise ToolError("division by zero") from None
+
+
+def _current_time(ctx: ToolContext, args: NoArgs) -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+BUILTIN_TOOLS: tuple[Tool, ...] = (
+    Tool(
+        name="current_time",
+        description="The current date and time in UTC (ISO 8601).",
+        args=NoArgs,
+        run=_current_time,
+    ),
+    Tool(
+        name="calculate",
+        description="Evaluate an arithmetic expression exactly.",
+        args=CalculateArgs,
+        run=_calculate,
+    ),
+)
+
+
+def load_plugin_tools(paths: Iterable[str]) -> list[Tool]:
+    """Import ``module:attribute`` references; each names a Tool or an iterable of Tools."""
+    loaded: list[Tool] = []
+    for path in paths:
+        module_name, _, attr = path.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"FANBOT_TOOLS__EXTRA: cannot load {path!r}: {exc}") from exc
+        items = [obj] if isinstance(obj, Tool) else list(obj)
+        if not all(isinstance(t, Tool) for t in items):
+            raise ConfigError(f"FANBOT_TOOLS__EXTRA: {path!r} is not a Tool or list of Tools")
+        loaded.extend(items)
+    return loaded
+
+
+def allowed(names: Iterable[str], *, allow: Iterable[str], deny: Iterable[str]) -> list[str]:
+    """Filter tool names by policy: deny wins over allow; an empty allow list allows all."""
+    allow_set, deny_set = set(allow), set(deny)
+    return [n for n in names if n not in deny_set and (not allow_set or n in allow_set)]

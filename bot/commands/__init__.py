@@ -1,0 +1,1 @@
+"""Chat commands: parsing (pure) and the router that answers them."""

@@ -1,0 +1,117 @@
+"""Ending a run: compute cost, render the announce, and make the one terminal transition.
+
+Every path that can end a run calls :func:`finalize_run`: the job itself, RQ's failure and
+stop callbacks, the horse-killed handler, the reaper and the stop command. Only the first
+call changes anything (the Lua compare-and-set in :mod:`bot.store.runs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from bot.announce import (
+    ANNOUNCE_SKIP,
+    estimate_cost,
+    history_note,
+    render_announce,
+)
+from bot.deps import SUBAGENT_SLOT_KEY, Deps
+from bot.store.runs import Finalization, rq_slot_key
+from bot.store.streams import ProgressEvent, put_progress
+from bot.types import Cleanup, Outbound, OutboundKind, RunRecord, RunStatus, Usage
+
+log = logging.getLogger(__name__)
+
+
+def finalize_run(
+    deps: Deps,
+    run_id: str,
+    *,
+    status: RunStatus,
+    result: str | None = None,
+    notes: str = "",
+    usage: Usage | None = None,
+) -> bool:
+    """End ``run_id`` with ``status`` unless it already ended; True if this call ended it.
+
+    ``result=None`` keeps whatever partial result the run recorded while working.
+    """
+    record = deps.runs.get(run_id)
+    if record is None or record.status.terminal:
+        return False
+    ended_at = time.time()
+    usage = usage or record.usage
+    record = dataclasses.replace(
+        record,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cost_usd=estimate_cost(record.model, usage, deps.settings.prices),
+    )
+    text = record.result if result is None else result
+    notes = _notes(record, notes)
+    skip = status is RunStatus.SUCCESS and text.strip() == ANNOUNCE_SKIP
+    outcome = Finalization(
+        status=status,
+        result=text,
+        notes=notes,
+        announce=None if skip else _announce(deps, record, status, text, notes, ended_at),
+        history_entry=None
+        if skip
+        else {"role": "user", "content": history_note(record, status=status, result=text)},
+        archive_at=_archive_at(deps, record, ended_at),
+        extra=_usage_fields(record),
+        ended_at=ended_at,
+    )
+    done = deps.runs.finalize(record, outcome, slot_key=rq_slot_key(SUBAGENT_SLOT_KEY))
+    if done:
+        log.info("run %s ended %s", run_id, status.value)
+        put_progress(
+            deps.redis,
+            deps.keys,
+            ProgressEvent(run_id=run_id, thread=record.thread, text=status.value, final=True),
+        )
+    return done
+
+
+def _notes(record: RunRecord, notes: str) -> str:
+    parts = [notes.strip()] if notes.strip() else []
+    parts += [f"warning: {w}" for w in record.warnings]
+    return "\n".join(parts)
+
+
+def _announce(
+    deps: Deps, record: RunRecord, status: RunStatus, text: str, notes: str, ended_at: float
+) -> Outbound:
+    body = render_announce(
+        record,
+        status=status,
+        result=text,
+        notes=notes,
+        ended_at=ended_at,
+        transcript_ref=deps.keys.transcript(record.session_id),
+        max_result_chars=deps.settings.subagents.max_result_chars,
+    )
+    return Outbound(
+        thread=record.thread,
+        text=body,
+        kind=OutboundKind.ANNOUNCE,
+        idempotency_key=f"announce:{record.run_id}",
+    )
+
+
+def _archive_at(deps: Deps, record: RunRecord, ended_at: float) -> float:
+    if record.cleanup is Cleanup.DELETE:
+        return ended_at
+    return ended_at + deps.settings.subagents.archive_after_minutes * 60
+
+
+def _usage_fields(record: RunRecord) -> dict[str, str | int | float]:
+    fields: dict[str, str | int | float] = {
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+    }
+    if record.cost_usd is not None:
+        fields["cost_usd"] = record.cost_usd
+    return fields

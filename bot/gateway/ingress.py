@@ -1,0 +1,161 @@
+"""Ingress: one normalized message -> middleware -> a command answer or a queued turn.
+
+Sync on purpose (Redis and RQ calls); the gateway runs it in a worker thread so the event
+loop never blocks. The decisions themselves (:func:`decide`) are pure.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+
+from rq.rate_limit import RateLimit
+
+from bot.commands.parse import parse_command
+from bot.commands.router import CommandRequest, CommandRouter
+from bot.config import PlatformAccess, Settings
+from bot.deps import TURNS_QUEUE, Deps
+from bot.sessions import requester_session_key
+from bot.store.streams import put_outbound
+from bot.turn import TurnJob
+from bot.types import Inbound, Outbound, OutboundKind
+
+log = logging.getLogger(__name__)
+
+TURN_JOB = "workers.jobs.run_turn"
+
+
+class Verdict(enum.StrEnum):
+    """What the middleware decided for one inbound message."""
+
+    ACCEPT = "accept"
+    SELF = "ignored: own message"
+    BOT = "ignored: another bot"
+    EDIT = "ignored: edit"
+    EMPTY = "ignored: empty"
+    DENIED = "ignored: not allowed"
+    UNADDRESSED = "ignored: not addressed to the bot"
+    TOO_LONG = "rejected: too long"
+
+
+def platform_access(settings: Settings, platform: str) -> PlatformAccess:
+    access = getattr(settings, platform, None)
+    return access if isinstance(access, PlatformAccess) else PlatformAccess()
+
+
+def decide(
+    inbound: Inbound, *, settings: Settings, access: PlatformAccess, session_exists: bool
+) -> Verdict:
+    """The middleware's rules, in order (pure)."""
+    if inbound.sender.is_self:
+        return Verdict.SELF
+    if inbound.sender.is_bot:
+        return Verdict.BOT
+    if inbound.is_edit:
+        return Verdict.EDIT
+    if not inbound.text.strip():
+        return Verdict.EMPTY
+    if access.allow_users and inbound.sender.user_id not in access.allow_users:
+        return Verdict.DENIED
+    if access.allow_chats and inbound.thread.chat not in access.allow_chats:
+        return Verdict.DENIED
+    addressed = inbound.mentioned or inbound.is_dm or not settings.gateway.require_mention
+    continues = access.continue_threads and inbound.thread.thread is not None and session_exists
+    if not (addressed or continues):
+        return Verdict.UNADDRESSED
+    if len(inbound.text) > settings.gateway.max_inbound_chars:
+        return Verdict.TOO_LONG
+    return Verdict.ACCEPT
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngressResult:
+    verdict: Verdict
+    session_key: str = ""
+    job_id: str | None = None
+    duplicate: bool = False
+
+
+class Ingress:
+    """Applies middleware, answers commands and enqueues turns.
+
+    Args:
+        deps: Stores and settings.
+        router: Command handlers.
+    """
+
+    def __init__(self, *, deps: Deps, router: CommandRouter) -> None:
+        self.deps = deps
+        self.router = router
+
+    def session_key(self, inbound: Inbound) -> str:
+        return requester_session_key(
+            agent_id=self.deps.settings.agent_id,
+            thread=inbound.thread,
+            is_dm=inbound.is_dm,
+            user_id=inbound.sender.user_id,
+        )
+
+    def handle(self, inbound: Inbound) -> IngressResult:
+        s, keys = self.deps.settings, self.deps.keys
+        dedupe = keys.dedupe(inbound.thread.platform, inbound.dedupe_id)
+        if not self.deps.redis.set(dedupe, "1", nx=True, ex=s.gateway.dedupe_ttl_seconds):
+            return IngressResult(verdict=Verdict.ACCEPT, duplicate=True)
+        session_key = self.session_key(inbound)
+        verdict = decide(
+            inbound,
+            settings=s,
+            access=platform_access(s, inbound.thread.platform),
+            session_exists=self.deps.history.exists(session_key),
+        )
+        if verdict is Verdict.TOO_LONG:
+            limit = s.gateway.max_inbound_chars
+            self._reply(inbound, f"That message is too long ({len(inbound.text)} characters; "
+                        f"the limit is {limit}). Please shorten it.")  # fmt: skip
+        if verdict is not Verdict.ACCEPT:
+            log.debug("inbound %s: %s", inbound.dedupe_id, verdict.value)
+            return IngressResult(verdict=verdict, session_key=session_key)
+        command = parse_command(inbound.text)
+        if command is not None and (command.known or self.router.handles(command)):
+            request = CommandRequest(
+                command=command, inbound=inbound, session_key=session_key, deps=self.deps
+            )
+            self._reply(
+                inbound, self.router.dispatch(request), ephemeral=inbound.thread.thread is None
+            )
+            return IngressResult(verdict=verdict, session_key=session_key)
+        job_id = self._enqueue_turn(inbound, session_key)
+        return IngressResult(verdict=verdict, session_key=session_key, job_id=job_id)
+
+    def _enqueue_turn(self, inbound: Inbound, session_key: str) -> str:
+        payload = TurnJob(
+            session_key=session_key,
+            thread=inbound.thread.to_json(),
+            platform=inbound.thread.platform,
+            sender_id=inbound.sender.user_id,
+            sender_name=inbound.sender.display_name,
+            text=inbound.text,
+            message_id=inbound.dedupe_id,
+            agent_id=self.deps.settings.agent_id,
+            is_dm=inbound.is_dm,
+        )
+        job = self.deps.queue(TURNS_QUEUE).enqueue(
+            TURN_JOB,
+            payload.model_dump(mode="json"),
+            rate_limit=RateLimit(f"turn:{session_key}", 1),
+            job_timeout=self.deps.settings.turn_timeout_seconds,
+            result_ttl=3600,
+            failure_ttl=86_400,
+        )
+        return str(job.id)
+
+    def _reply(self, inbound: Inbound, text: str, *, ephemeral: bool = False) -> None:
+        message = Outbound(
+            thread=inbound.thread,
+            text=text,
+            kind=OutboundKind.REPLY,
+            idempotency_key=f"cmd:{inbound.thread.platform}:{inbound.dedupe_id}",
+            ephemeral_to=inbound.sender.user_id if ephemeral and not inbound.is_dm else None,
+        )
+        put_outbound(self.deps.redis, self.deps.keys, message)

@@ -1,0 +1,150 @@
+"""Progress: one status message per run, edited at most every few seconds.
+
+Reads the capped progress stream from "now" (progress is ephemeral: a restarted gateway
+picks up with the next event). The status message's platform id is kept in Redis so a
+restarted gateway edits the same message instead of posting a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from bot.errors import DeliveryError
+from bot.keys import Keys
+from bot.ports import ChannelAdapter
+from bot.types import Outbound, OutboundKind, ThreadRef
+
+log = logging.getLogger(__name__)
+
+_FINAL_ICON = {"success": "✅", "error": "❌", "timeout": "⏱️", "stopped": "⏹️", "unknown": "❓"}
+
+
+def status_text(title: str, text: str, *, final: bool) -> str:
+    """``⏳ #2 Research — step 3 · 🔧 search · 1200 tokens · 14s`` (pure)."""
+    if final:
+        return f"{_FINAL_ICON.get(text, '•')} {title} — {text}"
+    return f"⏳ {title} — {text}"
+
+
+@dataclass(kw_only=True)
+class _RunStatus:
+    thread: ThreadRef
+    title: str
+    message_id: str | None = None
+    last_edit: float = 0.0
+    pending: str | None = None
+    flush: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class ProgressRenderer:
+    """Turns progress events into status messages.
+
+    Args:
+        redis: Async client (``decode_responses=True``).
+        keys: Key builder.
+        adapters: Adapter per platform.
+        min_interval: Seconds between two edits of one status message.
+        title_of: ``run_id -> "#2 Research"`` (reads the run record).
+    """
+
+    def __init__(
+        self,
+        *,
+        redis: aioredis.Redis,
+        keys: Keys,
+        adapters: Mapping[str, ChannelAdapter],
+        min_interval: float,
+        title_of: Callable[[str], str],
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.adapters = adapters
+        self.min_interval = min_interval
+        self.title_of = title_of
+        self._runs: dict[str, _RunStatus] = {}
+
+    async def run(self) -> None:
+        last_id = "$"
+        while True:
+            try:
+                replies: Any = await self.redis.xread(
+                    {self.keys.progress: last_id}, count=200, block=1000
+                )
+            except (aioredis.ConnectionError, aioredis.TimeoutError, OSError):
+                await asyncio.sleep(1.0)
+                continue
+            for _stream, entries in replies or []:
+                for entry_id, fields in entries:
+                    last_id = entry_id
+                    await self._on_event(fields)
+
+    async def _on_event(self, fields: Mapping[str, str]) -> None:
+        try:
+            run_id = fields["run_id"]
+            thread = ThreadRef.from_json(json.loads(fields["thread"]))
+        except (KeyError, ValueError, TypeError):
+            return
+        state = self._runs.get(run_id)
+        if state is None:
+            title = await asyncio.to_thread(self.title_of, run_id)
+            state = self._runs[run_id] = _RunStatus(thread=thread, title=title)
+            known: Any = await self.redis.hget(self.keys.status_message(run_id), "id")
+            state.message_id = known
+        final = bool(fields.get("final"))
+        text = status_text(state.title, fields.get("text", ""), final=final)
+        if final:
+            await self._show(run_id, state, text)
+            if state.flush:
+                state.flush.cancel()
+            self._runs.pop(run_id, None)
+            return
+        wait = state.last_edit + self.min_interval - time.monotonic()
+        if state.message_id is None or wait <= 0:
+            await self._show(run_id, state, text)
+            return
+        state.pending = text
+        if state.flush is None or state.flush.done():
+            state.flush = asyncio.create_task(self._flush_later(run_id, state, wait))
+
+    async def _flush_later(self, run_id: str, state: _RunStatus, wait: float) -> None:
+        await asyncio.sleep(wait)
+        if state.pending is not None and run_id in self._runs:
+            await self._show(run_id, state, state.pending)
+
+    async def _show(self, run_id: str, state: _RunStatus, text: str) -> None:
+        adapter = self.adapters.get(state.thread.platform)
+        if adapter is None:
+            return
+        state.pending = None
+        state.last_edit = time.monotonic()
+        try:
+            if state.message_id is None:
+                status = Outbound(thread=state.thread, text=text, kind=OutboundKind.STATUS)
+                ids = await adapter.send(status)
+                if ids:
+                    state.message_id = ids[0]
+                    await self.redis.hset(self.keys.status_message(run_id), "id", ids[0])
+                    await self.redis.expire(self.keys.status_message(run_id), 7 * 86_400)
+            else:
+                await adapter.edit(state.thread, state.message_id, text)
+        except DeliveryError as exc:  # progress is best effort; the announce is not
+            log.info("status update for %s skipped: %s", run_id[:8], exc)
+        except Exception:
+            log.warning("status update for %s failed", run_id[:8], exc_info=True)
+
+    async def close(self) -> None:
+        for state in self._runs.values():
+            if state.flush:
+                state.flush.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await state.flush
+        self._runs.clear()

@@ -1,0 +1,144 @@
+"""The gateway process: adapters in, ingress, egress and progress out, in one event loop.
+
+It does no LLM work. Blocking Redis/RQ calls of ingress run in a thread; streams are read
+with the async Redis client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Sequence
+
+import redis.asyncio as aioredis
+from aiohttp import web
+from rq.rate_limit import RateLimitRegistry
+
+from bot.commands.router import CommandRouter
+from bot.config import Settings
+from bot.deps import Deps
+from bot.gateway.egress import Egress
+from bot.gateway.ingress import Ingress, IngressResult
+from bot.gateway.progress import ProgressRenderer
+from bot.ports import ChannelAdapter
+from bot.types import Inbound
+
+log = logging.getLogger(__name__)
+
+
+class Gateway:
+    """Owns the adapters and the egress/progress loops.
+
+    Args:
+        settings: Validated settings.
+        adapters: The channels to serve (one per platform).
+        deps: Sync dependencies (built from settings when omitted).
+        router: Command router (``/help`` only when omitted).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        adapters: Sequence[ChannelAdapter],
+        deps: Deps | None = None,
+        router: CommandRouter | None = None,
+    ) -> None:
+        self.settings = settings
+        self.deps = deps or Deps.build(settings)
+        self.adapters = {a.platform: a for a in adapters}
+        self.ingress = Ingress(deps=self.deps, router=router or CommandRouter())
+        self.consumer = f"{socket.gethostname()}-{os.getpid()}"
+        self.aredis = aioredis.Redis.from_url(
+            settings.redis_url, decode_responses=True, socket_connect_timeout=5
+        )
+        self.egress = Egress(
+            redis=self.aredis,
+            keys=self.deps.keys,
+            adapters=self.adapters,
+            settings=settings.gateway,
+            consumer=self.consumer,
+        )
+        self.progress = ProgressRenderer(
+            redis=self.aredis,
+            keys=self.deps.keys,
+            adapters=self.adapters,
+            min_interval=settings.gateway.progress_edit_seconds,
+            title_of=self._run_title,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._http: web.AppRunner | None = None
+
+    def _run_title(self, run_id: str) -> str:
+        record = self.deps.runs.get(run_id)
+        if record is None:
+            return f"run {run_id[:8]}"
+        name = record.label or record.task
+        name = name if len(name) <= 40 else name[:39] + "…"
+        return f'Subagent #{record.seq} "{name}"'
+
+    async def start(self) -> None:
+        await self.egress.ensure_group()
+        self._tasks = [
+            asyncio.create_task(self.egress.run(), name="egress"),
+            asyncio.create_task(self.progress.run(), name="progress"),
+        ]
+        for adapter in self.adapters.values():
+            await adapter.start(self.ingest)
+            log.info("adapter %s started", adapter.platform)
+        await self._start_http()
+
+    async def _start_http(self) -> None:
+        routes = [r for a in self.adapters.values() for r in getattr(a, "http_routes", list)()]
+        if not routes:
+            return
+        app = web.Application(client_max_size=1024 * 1024)
+        app.add_routes(routes)
+        self._http = web.AppRunner(app, access_log=None)
+        await self._http.setup()
+        gw = self.settings.gateway
+        await web.TCPSite(self._http, gw.http_host, gw.http_port).start()
+        log.info("HTTP endpoints on %s:%s", gw.http_host, gw.http_port)
+
+    async def ingest(self, inbound: Inbound) -> IngressResult:
+        """Handle one inbound message (what adapters call)."""
+        try:
+            result = await asyncio.to_thread(self.ingress.handle, inbound)
+        except Exception:
+            log.exception("ingress failed for %s", inbound.dedupe_id)
+            raise
+        if result.job_id and (adapter := self.adapters.get(inbound.thread.platform)):
+            with contextlib.suppress(Exception):
+                await adapter.typing(inbound.thread)
+        return result
+
+    async def pending_work(self, session_key: str) -> int:
+        """Turns, runs and outbox entries still in flight for ``session_key`` (0 = idle)."""
+
+        def count() -> int:
+            turns = RateLimitRegistry(f"turn:{session_key}", connection=self.deps.redis)
+            busy = turns.get_allowed_job_count() + turns.get_rate_limited_job_count()
+            active = [r for r in self.deps.runs.session_runs(session_key) if not r.status.terminal]
+            return int(busy) + len(active)
+
+        in_flight = await asyncio.to_thread(count)
+        return in_flight + (0 if await self.egress.drained() else 1)
+
+    async def stop(self) -> None:
+        for adapter in self.adapters.values():
+            with contextlib.suppress(Exception):
+                await adapter.stop()
+        if self._http:
+            await self._http.cleanup()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.egress.close()
+        await self.progress.close()
+        await self.aredis.aclose()
+        self.deps.close()

@@ -1,0 +1,245 @@
+"""The runs registry: one hash per run in Redis, the source of truth for run status.
+
+Every terminal transition goes through :meth:`RunsRegistry.finalize`, one Lua script that
+compare-and-sets the status, stamps ``ended_at``, drops the run from the active set and
+from RQ's concurrency slot, writes the announce to the outbox and the result to the
+requester's history, and schedules archiving — all or nothing. Repeats are no-ops, so every
+path that may end a run (the job itself, RQ callbacks, the reaper, a stop) can call it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, cast
+
+import redis
+
+from bot.keys import Keys
+from bot.types import Cleanup, Outbound, RunRecord, RunStatus, ThreadRef
+
+_FINALIZE = """
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur or (cur ~= 'queued' and cur ~= 'running') then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'ended_at', ARGV[2])
+for i = 9, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+redis.call('SREM', KEYS[2], ARGV[3])
+redis.call('DEL', KEYS[5])
+if KEYS[7] ~= '' and ARGV[8] ~= '' then
+  redis.call('ZREM', KEYS[7], ARGV[8])
+end
+if ARGV[4] ~= '' then
+  redis.call('XADD', KEYS[3], '*', 'data', ARGV[4])
+end
+if ARGV[5] ~= '' then
+  redis.call('RPUSH', KEYS[4], ARGV[5])
+  redis.call('LTRIM', KEYS[4], -tonumber(ARGV[6]), -1)
+end
+if ARGV[7] ~= '' then
+  redis.call('ZADD', KEYS[6], ARGV[7], ARGV[3])
+end
+return 1
+"""
+
+_MARK_RUNNING = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+_JSON_FIELDS = {"thread", "warnings"}
+_OPTIONAL_FLOATS = {"started_at", "ended_at", "cost_usd", "archived_at"}
+
+
+def rq_slot_key(rate_limit_key: str) -> str:
+    """RQ's sorted set of jobs holding a slot of ``rate_limit_key`` (rq 3 ``RateLimit``)."""
+    return f"rq:rl:{rate_limit_key}:allowed"
+
+
+def encode_record(record: RunRecord) -> dict[str, str]:
+    """RunRecord -> flat string mapping for HSET (``None`` becomes an empty string)."""
+    out: dict[str, str] = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if f.name == "thread":
+            out[f.name] = json.dumps(value.to_json())
+        elif f.name == "warnings":
+            out[f.name] = json.dumps(list(value))
+        elif value is None:
+            out[f.name] = ""
+        else:
+            out[f.name] = str(value.value if hasattr(value, "value") else value)
+    return out
+
+
+def decode_record(raw: Mapping[Any, Any]) -> RunRecord:
+    data = {_text(k): _text(v) for k, v in raw.items()}
+    kwargs: dict[str, Any] = {}
+    for f in fields(RunRecord):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if f.name == "thread":
+            kwargs[f.name] = ThreadRef.from_json(json.loads(value))
+        elif f.name == "warnings":
+            kwargs[f.name] = tuple(json.loads(value or "[]"))
+        elif f.name in _OPTIONAL_FLOATS:
+            kwargs[f.name] = float(value) if value else None
+        elif f.name in ("seq", "timeout_s", "prompt_tokens", "completion_tokens"):
+            kwargs[f.name] = int(value or 0)
+        elif f.name == "created_at":
+            kwargs[f.name] = float(value or 0)
+        elif f.name == "status":
+            kwargs[f.name] = RunStatus(value)
+        elif f.name == "cleanup":
+            kwargs[f.name] = Cleanup(value)
+        else:
+            kwargs[f.name] = value
+    return RunRecord(**kwargs)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finalization:
+    """What a terminal transition writes besides the status.
+
+    Attributes:
+        status: The terminal status.
+        result: Final answer (may be partial).
+        notes: Errors, warnings, partial progress.
+        announce: The message for the requester's thread; ``None`` posts nothing.
+        history_entry: JSON message appended to the requester session's history.
+        archive_at: Unix time to archive the child session, if any.
+        extra: More run fields to set (tokens, cost...).
+    """
+
+    status: RunStatus
+    result: str = ""
+    notes: str = ""
+    announce: Outbound | None = None
+    history_entry: dict[str, Any] | None = None
+    archive_at: float | None = None
+    extra: Mapping[str, str | int | float] | None = None
+    ended_at: float = field(default_factory=time.time)
+
+
+class RunsRegistry:
+    """Reads and writes run records (sync; the gateway calls it from a worker thread).
+
+    Args:
+        redis: A sync Redis client (``decode_responses`` off).
+        keys: The key builder for this deployment's prefix.
+        history_max: How many history messages a requester session keeps.
+    """
+
+    def __init__(self, *, redis: redis.Redis, keys: Keys, history_max: int = 60) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.history_max = history_max
+        self._finalize = redis.register_script(_FINALIZE)
+        self._mark_running = redis.register_script(_MARK_RUNNING)
+
+    def next_seq(self, session_key: str) -> int:
+        return int(self.redis.incr(self.keys.session_seq(session_key)))
+
+    def create(self, record: RunRecord) -> None:
+        with self.redis.pipeline() as pipe:
+            pipe.hset(
+                self.keys.run(record.run_id), mapping=cast("dict[Any, Any]", encode_record(record))
+            )
+            pipe.zadd(
+                self.keys.session_runs(record.session_key), {record.run_id: record.created_at}
+            )
+            pipe.zadd(self.keys.all_runs, {record.run_id: record.created_at})
+            pipe.sadd(self.keys.active_runs, record.run_id)
+            pipe.execute()
+
+    def get(self, run_id: str) -> RunRecord | None:
+        raw = self.redis.hgetall(self.keys.run(run_id))
+        return decode_record(raw) if raw else None
+
+    def get_many(self, run_ids: Iterable[str]) -> list[RunRecord]:
+        with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hgetall(self.keys.run(run_id))
+            return [decode_record(raw) for raw in pipe.execute() if raw]
+
+    def session_runs(self, session_key: str) -> list[RunRecord]:
+        """Runs spawned from ``session_key``, newest first."""
+        ids = self.redis.zrevrange(self.keys.session_runs(session_key), 0, -1)
+        return self.get_many(_text(i) for i in ids)
+
+    def active_ids(self) -> set[str]:
+        return {_text(i) for i in self.redis.smembers(self.keys.active_runs)}
+
+    def update(self, run_id: str, **values: str | int | float) -> None:
+        self.redis.hset(self.keys.run(run_id), mapping={k: str(v) for k, v in values.items()})
+
+    def mark_running(self, run_id: str, *, heartbeat_ttl: float) -> bool:
+        """queued -> running (with a first heartbeat); False if the run is not queued."""
+        now = time.time()
+        keys = [self.keys.run(run_id), self.keys.heartbeat(run_id)]
+        return bool(self._mark_running(keys=keys, args=[now, int(heartbeat_ttl * 1000)]))
+
+    def beat(self, run_id: str, *, ttl: float) -> None:
+        self.redis.set(self.keys.heartbeat(run_id), time.time(), px=int(ttl * 1000))
+
+    def heartbeat_alive(self, run_id: str) -> bool:
+        return bool(self.redis.exists(self.keys.heartbeat(run_id)))
+
+    def request_stop(self, run_id: str, *, ttl: int = 86_400) -> None:
+        self.redis.set(self.keys.stop_flag(run_id), "1", ex=ttl)
+
+    def stop_requested(self, run_id: str) -> bool:
+        return bool(self.redis.exists(self.keys.stop_flag(run_id)))
+
+    def push_inbox(self, run_id: str, message: str) -> None:
+        self.redis.rpush(self.keys.inbox(run_id), message)
+
+    def drain_inbox(self, run_id: str) -> list[str]:
+        with self.redis.pipeline() as pipe:
+            pipe.lrange(self.keys.inbox(run_id), 0, -1)
+            pipe.delete(self.keys.inbox(run_id))
+            items, _ = pipe.execute()
+        return [_text(i) for i in items]
+
+    def finalize(
+        self, record: RunRecord, outcome: Finalization, *, slot_key: str | None = None
+    ) -> bool:
+        """Atomically end ``record``'s run; True if this call made the transition."""
+        extra: dict[str, str | int | float] = {"result": outcome.result, "notes": outcome.notes}
+        extra.update(outcome.extra or {})
+        argv: list[str | int | float] = [
+            outcome.status.value,
+            outcome.ended_at,
+            record.run_id,
+            json.dumps(outcome.announce.to_json()) if outcome.announce else "",
+            json.dumps(outcome.history_entry) if outcome.history_entry else "",
+            self.history_max,
+            outcome.archive_at if outcome.archive_at is not None else "",
+            record.job_id,
+        ]
+        for name, value in extra.items():
+            argv.extend([name, value])
+        keys = [
+            self.keys.run(record.run_id),
+            self.keys.active_runs,
+            self.keys.outbox,
+            self.keys.history(record.session_key),
+            self.keys.heartbeat(record.run_id),
+            self.keys.archive_due,
+            slot_key or "",
+        ]
+        return bool(self._finalize(keys=keys, args=argv))

@@ -1,0 +1,154 @@
+"""One main-agent turn: history + the new message -> tool loop -> reply in the outbox.
+
+The job wire contract is :class:`TurnJob` (JSON). The reply and the history update are
+written in one transaction, so a turn is either fully visible or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import openai
+from pydantic import BaseModel, Field
+from rq.timeouts import BaseTimeoutException
+
+from bot.agent.context import ToolContext
+from bot.agent.loop import LoopControl, Meter, run_loop
+from bot.agent.session_tools import SESSION_TOOLS_LIST
+from bot.agent.subagent_types import available_tools
+from bot.agent.tools import Tool, allowed
+from bot.deps import Deps
+from bot.errors import RunInterrupted
+from bot.sessions import qualified_user
+from bot.types import Outbound, OutboundKind, ThreadRef
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are fanbot, a helpful assistant in a team chat thread. Answer directly when you "
+    "can. For bigger or parallelizable work, call sessions_spawn once per independent task "
+    "(several calls in one response run in parallel); each subagent announces its result in "
+    "this thread by itself, so after spawning reply briefly and do not wait or repeat the "
+    "results. Results of earlier subagents appear in the conversation as notes. Keep "
+    "answers concise and use Markdown."
+)
+
+
+class TurnJob(BaseModel):
+    """What the gateway puts on the ``turns`` queue."""
+
+    session_key: str
+    thread: dict[str, Any]
+    platform: str
+    sender_id: str
+    sender_name: str = ""
+    text: str = Field(max_length=200_000)
+    message_id: str
+    agent_id: str = "main"
+    is_dm: bool = False
+
+    @property
+    def reply_key(self) -> str:
+        return f"reply:{self.platform}:{self.thread.get('chat')}:{self.message_id}"
+
+
+def main_agent_tools(deps: Deps) -> list[Tool]:
+    extra = [t for t in available_tools(deps.settings)]
+    pool = {t.name: t for t in (*SESSION_TOOLS_LIST, *extra)}
+    names = allowed(pool, allow=deps.settings.tools.allow, deny=deps.settings.tools.deny)
+    # Spawning is the main agent's purpose; a policy that removes it is honoured though.
+    return [pool[n] for n in names]
+
+
+def execute_turn(deps: Deps, job: TurnJob) -> str:
+    """Run the turn and queue its reply; returns the reply text."""
+    thread = ThreadRef.from_json(job.thread)
+    speaker = job.sender_name or job.sender_id
+    user_message = {"role": "user", "content": f"{speaker}: {job.text}"}
+    agent = deps.settings.agent(job.agent_id)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": agent.system_prompt or DEFAULT_SYSTEM_PROMPT},
+        *deps.history.load(job.session_key),
+        user_message,
+    ]
+    ctx = ToolContext(
+        deps=deps,
+        session_key=job.session_key,
+        thread=thread,
+        requester=qualified_user(job.platform, job.sender_id),
+        agent_id=job.agent_id,
+    )
+    deps.redis.delete(deps.keys.turn_stop(job.session_key))
+    text = _answer(deps, job, messages, ctx, agent.model or deps.settings.openai.model)
+    _commit(deps, job, thread, user_message, text)
+    return text
+
+
+def _answer(
+    deps: Deps, job: TurnJob, messages: list[dict[str, Any]], ctx: ToolContext, model: str
+) -> str:
+    meter = Meter()
+    stop_key = deps.keys.turn_stop(job.session_key)
+
+    def checkpoint() -> None:
+        if deps.redis.exists(stop_key):
+            raise RunInterrupted("turn stopped")
+
+    try:
+        result = run_loop(
+            model=deps.model,
+            model_name=model,
+            messages=messages,
+            tools=main_agent_tools(deps),
+            ctx=ctx,
+            max_steps=deps.settings.openai.max_steps,
+            meter=meter,
+            control=LoopControl(checkpoint=checkpoint),
+            max_tool_chars=deps.settings.subagents.max_result_chars,
+        )
+    except RunInterrupted:
+        return _with_spawns("Stopped.", ctx)
+    except BaseTimeoutException:
+        _commit(deps, job, ctx.thread, None, "⏱️ That took too long, so I stopped.")
+        raise
+    except openai.APIError as exc:
+        log.warning("turn in %s failed: %s", job.session_key, type(exc).__name__)
+        return _with_spawns(
+            f"⚠️ The model call failed ({_short_error(exc)}). Please try again.", ctx
+        )
+    text = result.text.strip() or "(no answer)"
+    if not result.complete:
+        text += f"\n\n_(stopped after {meter.steps} steps)_"
+    return text
+
+
+def _with_spawns(text: str, ctx: ToolContext) -> str:
+    if ctx.spawned:
+        text += f" {len(ctx.spawned)} subagent(s) already started will still report here."
+    return text
+
+
+def _short_error(exc: openai.APIError) -> str:
+    status = getattr(exc, "status_code", None)
+    return f"HTTP {status}" if status else type(exc).__name__
+
+
+def _commit(
+    deps: Deps,
+    job: TurnJob,
+    thread: ThreadRef,
+    user_message: dict[str, Any] | None,
+    text: str,
+) -> None:
+    reply = Outbound(
+        thread=thread, text=text, kind=OutboundKind.REPLY, idempotency_key=job.reply_key
+    )
+    entries = [m for m in (user_message, {"role": "assistant", "content": text}) if m]
+    with deps.redis.pipeline() as pipe:
+        deps.history.append(job.session_key, *entries, pipe=pipe)
+        pipe.xadd(deps.keys.outbox, {"data": json.dumps(reply.to_json())})
+        pipe.execute()
+    log.info("turn in %s answered at %.3f", job.session_key, time.time())

@@ -1,0 +1,107 @@
+"""The worker launcher: N RQ worker processes plus the maintenance sweep, supervised.
+
+Each RQ worker is a separate ``python -m workers --single`` process (fork+exec, so no
+threads are copied into it); it forks one work horse per job, as RQ does. The launcher
+restarts a worker that dies and forwards SIGTERM/SIGINT for a warm shutdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from rq import Queue, Worker
+from rq.serializers import JSONSerializer
+
+from bot.config import Settings, load_settings
+from bot.deps import SUBAGENTS_QUEUE, TURNS_QUEUE, Deps, connect
+from workers.callbacks import horse_killed
+from workers.maintenance import maintenance_loop
+
+log = logging.getLogger("fanbot.worker")
+
+DEFAULT_QUEUES = (TURNS_QUEUE, SUBAGENTS_QUEUE)
+RESTART_BACKOFF = 1.0
+
+
+def run_single(settings: Settings, queues: Sequence[str], *, burst: bool = False) -> None:
+    """Run one RQ worker in this process until it is told to stop."""
+    conn = connect(settings.redis_url)
+    worker = Worker(
+        [Queue(q, connection=conn, serializer=JSONSerializer) for q in queues],
+        connection=conn,
+        serializer=JSONSerializer,
+        work_horse_killed_handler=horse_killed,
+    )
+    worker.work(burst=burst, logging_level=settings.log_level, with_scheduler=False)
+
+
+def _spawn(queues: Sequence[str]) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "workers", "--single", "--queues", ",".join(queues)]
+    return subprocess.Popen(cmd, env=os.environ.copy())
+
+
+def run_pool(
+    settings: Settings, *, count: int, queues: Sequence[str], maintenance: bool = True
+) -> int:
+    """Supervise ``count`` workers (and the maintenance sweep) until SIGTERM/SIGINT."""
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    deps = Deps.build(settings)
+    sweeper = threading.Thread(
+        target=maintenance_loop, args=(deps, stopping), name="maintenance", daemon=True
+    )
+    if maintenance:
+        sweeper.start()
+    children = [_spawn(queues) for _ in range(count)]
+    log.info("started %d worker(s) on %s (pids %s)", count, queues, [c.pid for c in children])
+    while not stopping.wait(0.5):
+        for i, child in enumerate(children):
+            if child.poll() is not None:
+                log.warning("worker pid %s exited with %s; restarting", child.pid, child.returncode)
+                time.sleep(RESTART_BACKOFF)
+                children[i] = _spawn(queues)
+    _shutdown(children)
+    deps.close()
+    return 0
+
+
+def _shutdown(children: list[subprocess.Popen[bytes]], timeout: float = 30.0) -> None:
+    """Warm shutdown: RQ finishes the current job on SIGTERM; kill what outlives ``timeout``."""
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for child in children:
+        try:
+            child.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fanbot worker", description=__doc__)
+    parser.add_argument("--count", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--queues", default=",".join(DEFAULT_QUEUES))
+    parser.add_argument("--single", action="store_true", help="run one worker in-process")
+    parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    parser.add_argument("--no-maintenance", action="store_true")
+    args = parser.parse_args(argv)
+    settings = load_settings()
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
+    queues = [q for q in args.queues.split(",") if q]
+    if args.single or args.burst:
+        run_single(settings, queues, burst=args.burst)
+        return 0
+    return run_pool(
+        settings, count=max(1, args.count), queues=queues, maintenance=not args.no_maintenance
+    )

@@ -1,0 +1,99 @@
+"""Maintenance: the reaper (dead runs end ``unknown``) and the archiver.
+
+Runs in the worker launcher's main process every couple of seconds, behind a Redis lock so
+several worker hosts do not all do the same sweep. Everything it does is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.rate_limit import RateLimitRegistry
+from rq.serializers import JSONSerializer
+
+from bot.deps import SUBAGENT_SLOT_KEY, Deps
+from bot.finalize import finalize_run
+from bot.types import RunRecord, RunStatus
+
+log = logging.getLogger(__name__)
+
+_JOB_GONE = {
+    JobStatus.FAILED: (RunStatus.ERROR, "the job failed before the run started"),
+    JobStatus.STOPPED: (RunStatus.STOPPED, "stopped before it started"),
+    JobStatus.CANCELED: (RunStatus.STOPPED, "canceled before it started"),
+}
+
+
+def reap(deps: Deps, *, now: float | None = None) -> list[str]:
+    """Finalize runs whose worker died; returns the run ids it ended."""
+    now = now or time.time()
+    ended: list[str] = []
+    for record in deps.runs.get_many(sorted(deps.runs.active_ids())):
+        verdict = _verdict(deps, record, now)
+        if verdict and finalize_run(deps, record.run_id, status=verdict[0], notes=verdict[1]):
+            ended.append(record.run_id)
+    if ended:
+        _refill_slots(deps)
+        log.warning("reaper ended %d run(s): %s", len(ended), ", ".join(i[:8] for i in ended))
+    return ended
+
+
+def _verdict(deps: Deps, record: RunRecord, now: float) -> tuple[RunStatus, str] | None:
+    stale = deps.settings.subagents.stale_after_seconds
+    if record.status is RunStatus.RUNNING:
+        started = record.started_at or record.created_at
+        if now - started > stale and not deps.runs.heartbeat_alive(record.run_id):
+            return RunStatus.UNKNOWN, f"the worker stopped responding (no heartbeat for {stale:g}s)"
+        return None
+    if record.status is RunStatus.QUEUED:
+        try:
+            job = Job.fetch(record.job_id, connection=deps.redis, serializer=JSONSerializer)
+        except NoSuchJobError:
+            return RunStatus.UNKNOWN, "its queued job disappeared"
+        return _JOB_GONE.get(job.get_status(refresh=False) or JobStatus.QUEUED)
+    return None
+
+
+def _refill_slots(deps: Deps) -> None:
+    """Finalize freed RQ slots of dead jobs; let waiting runs take them now, not in minutes."""
+    registry = RateLimitRegistry(SUBAGENT_SLOT_KEY, connection=deps.redis)
+    registry.acquire_and_enqueue(deps.settings.subagents.max_concurrent)
+
+
+def archive_due(deps: Deps, *, now: float | None = None) -> list[str]:
+    """Archive child sessions whose time has come; returns the run ids archived."""
+    now = now or time.time()
+    due = deps.redis.zrangebyscore(deps.keys.archive_due, "-inf", now, start=0, num=200)
+    archived: list[str] = []
+    for raw in due:
+        run_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+        record = deps.runs.get(run_id)
+        if record is not None and record.archived_at is None:
+            deps.transcripts.archive(record.session_id, now=now)
+            deps.runs.update(run_id, archived_at=now)
+            archived.append(run_id)
+        deps.redis.zrem(deps.keys.archive_due, run_id)
+    return archived
+
+
+def sweep(deps: Deps) -> None:
+    """One maintenance pass, if no other host holds the lock right now."""
+    interval = deps.settings.subagents.heartbeat_seconds
+    if not deps.redis.set(deps.keys.reaper_lock, "1", nx=True, px=int(interval * 1000)):
+        return
+    reap(deps)
+    archive_due(deps)
+
+
+def maintenance_loop(deps: Deps, stop: threading.Event) -> None:
+    """Sweep every heartbeat interval until ``stop`` is set; errors are logged, not fatal."""
+    interval = deps.settings.subagents.heartbeat_seconds
+    while not stop.wait(interval):
+        try:
+            sweep(deps)
+        except Exception:  # Redis restarts and the like: keep sweeping
+            log.warning("maintenance sweep failed", exc_info=True)

@@ -1,0 +1,255 @@
+"""The Slack channel's I/O shell: a slack-bolt ``AsyncApp`` in front, the Web API behind.
+
+Ingress arrives over Socket Mode (default) or as signed HTTP events served by the
+gateway's aiohttp app (:meth:`SlackChannel.http_routes`). Bolt verifies signatures,
+answers ``url_verification``, drops the bot's own events and acks. Listeners run before
+the ack (``process_before_response``): an event is acknowledged only after the sink took
+it, so a crash in between makes Slack retry instead of losing the message (the gateway
+dedupes). Everything else is :mod:`adapters.slack.convert` and :mod:`adapters.slack.markup`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack import convert, markup
+from adapters.slack.retry import TRANSIENT_EXCEPTIONS, BoundedRateLimitRetryHandler, delivery_error
+from bot.config import SlackSettings
+from bot.errors import ConfigError, DeliveryError
+from bot.ports import InboundSink
+from bot.types import Inbound, Outbound, Platform, ThreadRef
+
+log = logging.getLogger(__name__)
+
+TYPING_TIMEOUT_SECONDS = 1.5
+_AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked"})
+
+
+class SlackChannel:
+    """A :class:`~bot.ports.ChannelAdapter` for one Slack workspace.
+
+    Args:
+        settings: The ``slack`` settings (tokens, mode, API URL, limits).
+        chunker: Splits converted text into parts of at most a given length.
+    """
+
+    platform = Platform.SLACK.value
+
+    def __init__(self, *, settings: SlackSettings, chunker: markup.Chunker = markup.split) -> None:
+        if settings.bot_token is None:
+            raise ConfigError("FANBOT_SLACK__BOT_TOKEN is required for Slack")
+        if settings.mode == "socket" and settings.app_token is None:
+            raise ConfigError("FANBOT_SLACK__APP_TOKEN is required in Socket Mode")
+        if settings.mode == "http" and settings.signing_secret is None:
+            raise ConfigError("FANBOT_SLACK__SIGNING_SECRET is required in HTTP mode")
+        self._settings = settings
+        self._chunker = chunker
+        self._session: aiohttp.ClientSession | None = None
+        self._client: AsyncWebClient | None = None
+        self._app: AsyncApp | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._sink: InboundSink | None = None
+        self.identity: convert.BotIdentity | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, sink: InboundSink) -> None:
+        """Check the token (``auth.test``), build the bolt app, connect Socket Mode."""
+        self._sink = sink
+        self._session = aiohttp.ClientSession()
+        self._client = AsyncWebClient(
+            token=_secret(self._settings.bot_token),
+            base_url=self._settings.api_url,
+            session=self._session,
+            retry_handlers=[
+                AsyncConnectionErrorRetryHandler(),
+                BoundedRateLimitRetryHandler(max_wait=self._settings.rate_limit_wait_max_seconds),
+            ],
+        )
+        try:
+            self.identity = await self._whoami(self._client)
+            self._app = self._build_app(self._client)
+            if self._settings.mode == "socket":
+                await self._connect_socket(self._app, self._client)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Close the socket and the HTTP session (idempotent)."""
+        socket, self._socket = self._socket, None
+        if socket is not None:
+            await socket.close_async()  # type: ignore[no-untyped-call]
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+        self._app = None
+        self._client = None
+
+    async def _whoami(self, client: AsyncWebClient) -> convert.BotIdentity:
+        try:
+            auth = await client.auth_test()
+        except SlackApiError as exc:
+            if exc.response.get("error") in _AUTH_ERRORS:
+                raise ConfigError("Slack rejected FANBOT_SLACK__BOT_TOKEN (auth.test)") from exc
+            raise
+        return convert.BotIdentity(
+            user_id=self._settings.bot_user_id or str(auth.get("user_id", "")),
+            bot_id=str(auth.get("bot_id") or ""),
+            team_id=str(auth.get("team_id") or ""),
+        )
+
+    def _build_app(self, client: AsyncWebClient) -> AsyncApp:
+        app = AsyncApp(
+            name="fanbot",
+            client=client,
+            signing_secret=_secret(self._settings.signing_secret),
+            process_before_response=True,
+            logger=logging.getLogger("adapters.slack.bolt"),
+        )
+        app.event(re.compile(r".*"))(self._on_event)
+        app.command(re.compile(r"^/.+"))(self._on_command)
+        return app
+
+    async def _connect_socket(self, app: AsyncApp, client: AsyncWebClient) -> None:
+        # Ask for the first URL ourselves: the SDK's connect() retries a bad app token
+        # forever, while an operator needs a clear error at start.
+        try:
+            opened = await client.apps_connections_open(app_token=_secret(self._settings.app_token))
+        except SlackApiError as exc:
+            raise ConfigError(
+                f"Slack refused FANBOT_SLACK__APP_TOKEN: {exc.response.get('error')}"
+            ) from exc
+        self._socket = AsyncSocketModeHandler(
+            app,
+            app_token=_secret(self._settings.app_token),
+            web_client=client,
+            ping_interval=self._settings.socket_ping_interval,
+        )
+        self._socket.client.wss_uri = str(opened["url"])
+        await self._socket.connect_async()  # type: ignore[no-untyped-call]
+
+    # -- ingress ---------------------------------------------------------------------------
+
+    async def _on_event(self, body: dict[str, Any]) -> None:
+        if self.identity is not None:
+            await self._deliver(convert.event_to_inbound(body, self.identity))
+
+    async def _on_command(self, ack: Callable[[], Awaitable[Any]], body: dict[str, Any]) -> None:
+        await ack()
+        if self.identity is not None:
+            inbound = convert.command_to_inbound(
+                body, self.identity, slash_command=self._settings.slash_command
+            )
+            await self._deliver(inbound)
+
+    async def _deliver(self, inbound: Inbound | None) -> None:
+        if inbound is not None and self._sink is not None:
+            await self._sink(inbound)
+
+    def http_routes(self) -> list[web.RouteDef]:
+        """The Events API / slash-command endpoint for the gateway's aiohttp app.
+
+        Empty in Socket Mode, so the gateway opens no HTTP port on Slack's behalf.
+        """
+        if self._settings.mode != "http":
+            return []
+        return [web.post(self._settings.http_path, self._handle_http)]
+
+    async def _handle_http(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.text()
+        verifier = SignatureVerifier(signing_secret=_secret(self._settings.signing_secret))
+        if not verifier.is_valid(
+            body=raw,
+            timestamp=request.headers.get("X-Slack-Request-Timestamp", ""),
+            signature=request.headers.get("X-Slack-Signature", ""),
+        ):
+            return web.json_response({"error": "invalid signature"}, status=401)
+        try:
+            bolt_request = AsyncBoltRequest(
+                body=raw, query=request.query_string, headers=dict(request.headers)
+            )
+        except (ValueError, TypeError, AttributeError):
+            return web.json_response({"error": "malformed body"}, status=400)
+        if not isinstance(bolt_request.body, dict) or not bolt_request.body:
+            return web.json_response({"error": "malformed body"}, status=400)
+        if self._app is None:
+            return web.json_response({"error": "not started"}, status=503)
+        return await to_aiohttp_response(await self._app.async_dispatch(bolt_request))
+
+    # -- egress ----------------------------------------------------------------------------
+
+    async def send(self, message: Outbound) -> list[str]:
+        """Post ``message`` into its thread (split below Slack's limit); return the ts list."""
+        client = self._require_client()
+        parts = self._chunker(markup.to_mrkdwn(message.text), self._settings.max_message_chars)
+        thread_ts = message.thread.thread or None
+        ids: list[str] = []
+        for part in parts:
+            try:
+                if message.ephemeral_to:
+                    resp = await client.chat_postEphemeral(
+                        channel=message.thread.chat,
+                        user=message.ephemeral_to,
+                        text=part,
+                        thread_ts=thread_ts,
+                    )
+                    ids.append(str(resp.get("message_ts", "")))
+                else:
+                    resp = await client.chat_postMessage(
+                        channel=message.thread.chat, text=part, thread_ts=thread_ts
+                    )
+                    ids.append(str(resp["ts"]))
+            except TRANSIENT_EXCEPTIONS as exc:
+                raise delivery_error(exc, posted=len(ids)) from exc
+        return ids
+
+    async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
+        """Replace a status message's text with ``chat.update`` (truncated to one part)."""
+        client = self._require_client()
+        converted = markup.to_mrkdwn(text)
+        limit = self._settings.max_message_chars
+        if len(converted) > limit:
+            converted = self._chunker(converted, limit - 2)[0] + "\n…"
+        try:
+            await client.chat_update(channel=thread.chat, ts=message_id, text=converted)
+        except TRANSIENT_EXCEPTIONS as exc:
+            raise delivery_error(exc) from exc
+
+    async def typing(self, thread: ThreadRef) -> None:
+        """Show "is working…" in an assistant thread; quietly does nothing elsewhere."""
+        if not self._settings.assistant_status or not thread.thread or self._client is None:
+            return
+        try:
+            # Bounded: the gateway calls this before the event is acked (3 s budget), and
+            # a rate-limited status is not worth waiting for.
+            async with asyncio.timeout(TYPING_TIMEOUT_SECONDS):
+                await self._client.assistant_threads_setStatus(
+                    channel_id=thread.chat, thread_ts=thread.thread, status="is working…"
+                )
+        except TRANSIENT_EXCEPTIONS as exc:
+            log.debug("assistant.threads.setStatus failed: %s", exc)
+
+    def _require_client(self) -> AsyncWebClient:
+        if self._client is None:
+            raise DeliveryError("the Slack channel is not started")
+        return self._client
+
+
+def _secret(value: Any) -> str:
+    return "" if value is None else str(value.get_secret_value())

@@ -1,0 +1,194 @@
+"""Slack payloads -> :class:`~bot.types.Inbound` (pure; no I/O, fixture-tested).
+
+Mapping (DESIGN §3): ``ThreadRef(account=team id, chat=channel, thread=root thread_ts)``.
+A top-level channel message gets ``thread = its own ts`` so the answer opens a thread
+under it; a top-level DM keeps ``thread=None`` (one session per user), a DM thread is its
+own session. The dedupe id is ``<channel>:<ts>`` of the message, not the envelope's
+``event_id``: Slack retries re-send the same message, and a mention arrives twice (as
+``app_mention`` and as ``message``) with different event ids but the same ts.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bot.types import Inbound, Platform, Sender, ThreadRef
+
+# Subtypes that carry something a person (or a bot) said; everything else is dropped:
+# message_changed, message_deleted, channel_join, channel_topic, message_replied, ...
+CONVERSATION_SUBTYPES = frozenset({"thread_broadcast", "file_share", "me_message", "bot_message"})
+
+_LINK = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BotIdentity:
+    """Who the bot is in this workspace (from ``auth.test``)."""
+
+    user_id: str
+    bot_id: str = ""
+    team_id: str = ""
+
+
+class _Event(BaseModel):
+    """The fields of a ``message`` / ``app_mention`` event fanbot reads."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str
+    channel: str
+    ts: str
+    text: str = ""
+    user: str | None = None
+    bot_id: str | None = None
+    subtype: str | None = None
+    thread_ts: str | None = None
+    channel_type: str | None = None
+    team: str | None = None
+    user_profile: dict[str, Any] | None = None
+
+
+class _Command(BaseModel):
+    """A slash-command payload (form fields)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    command: str
+    channel_id: str
+    user_id: str
+    team_id: str = ""
+    text: str = ""
+    trigger_id: str = ""
+    channel_name: str = ""
+    user_name: str = ""
+
+
+def dedupe_id(channel: str, ts: str) -> str:
+    """The gateway's dedupe key for one Slack message."""
+    return f"{channel}:{ts}"
+
+
+def event_to_inbound(body: Mapping[str, Any], me: BotIdentity) -> Inbound | None:
+    """Convert an Events API ``event_callback`` body; ``None`` for anything not a message.
+
+    Args:
+        body: The outer payload (``{"type": "event_callback", "team_id", "event": {...}}``).
+        me: The bot's identity, for mention detection and ``is_self``.
+    """
+    raw = body.get("event") if isinstance(body, Mapping) else None
+    if not isinstance(raw, Mapping) or raw.get("type") not in ("message", "app_mention"):
+        return None
+    try:
+        event = _Event.model_validate(raw)
+    except ValidationError:
+        return None
+    if event.subtype is not None and event.subtype not in CONVERSATION_SUBTYPES:
+        return None
+    is_bot = bool(event.bot_id) or event.subtype == "bot_message"
+    user_id = event.user or event.bot_id
+    if not user_id:
+        return None
+    is_dm = _is_dm(event.channel, event.channel_type)
+    text, mentioned = strip_mention(event.text, me.user_id)
+    team = str(body.get("team_id") or event.team or me.team_id)
+    return Inbound(
+        thread=ThreadRef(
+            platform=Platform.SLACK,
+            account=team,
+            chat=event.channel,
+            thread=event.thread_ts or (None if is_dm else event.ts),
+        ),
+        sender=Sender(
+            user_id=user_id,
+            display_name=_display_name(event.user_profile),
+            is_bot=is_bot,
+            is_self=user_id == me.user_id or (bool(me.bot_id) and event.bot_id == me.bot_id),
+        ),
+        text=decode_text(text),
+        message_id=event.ts,
+        mentioned=mentioned or is_dm or event.type == "app_mention",
+        is_dm=is_dm,
+        event_id=dedupe_id(event.channel, event.ts),
+    )
+
+
+def command_to_inbound(
+    payload: Mapping[str, Any], me: BotIdentity, *, slash_command: str = "/subagents"
+) -> Inbound | None:
+    """Convert a slash command; ``None`` unless it is the registered ``slash_command``.
+
+    Slash commands carry no thread, so the Inbound is channel-level (``thread=None``) and
+    its text is normalized to ``/subagents <args>`` whatever name the command has.
+    """
+    try:
+        cmd = _Command.model_validate(payload)
+    except ValidationError:
+        return None
+    if cmd.command != slash_command:
+        return None
+    is_dm = cmd.channel_name == "directmessage" or cmd.channel_id.startswith("D")
+    args = cmd.text.strip()
+    key = cmd.trigger_id or f"{cmd.channel_id}:{cmd.user_id}:{args}"
+    return Inbound(
+        thread=ThreadRef(
+            platform=Platform.SLACK, account=cmd.team_id or me.team_id, chat=cmd.channel_id
+        ),
+        sender=Sender(user_id=cmd.user_id, display_name=cmd.user_name),
+        text=f"/subagents {args}".rstrip(),
+        message_id=key,
+        mentioned=True,
+        is_dm=is_dm,
+        event_id=f"command:{key}",
+    )
+
+
+def strip_mention(text: str, bot_user_id: str) -> tuple[str, bool]:
+    """Remove every ``<@BOT>`` / ``<@BOT|name>`` token; say whether there was one."""
+    if not bot_user_id:
+        return text.strip(), False
+    pattern = re.compile(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>")
+    stripped, count = pattern.subn(" ", text)
+    return re.sub(r"[ \t]{2,}", " ", stripped).strip(), count > 0
+
+
+def decode_text(text: str) -> str:
+    """Slack's wire text -> plain markdown-ish text for the model.
+
+    ``<url|label>`` becomes ``[label](url)``, ``<#C1|general>`` ``#general``, ``<!here>``
+    ``@here``; user mentions stay ``<@U1>`` (the model can echo them back), and the three
+    escaped entities are unescaped.
+    """
+
+    def link(match: re.Match[str]) -> str:
+        target, label = match.group(1), match.group(2)
+        if target.startswith("@"):
+            return match.group(0)
+        if target.startswith("#"):
+            return f"#{label}" if label else target
+        if target.startswith("!"):
+            return f"@{label or target[1:].split('^')[0]}"
+        return f"[{label}]({target})" if label and label != target else target
+
+    return html.unescape(_LINK.sub(link, text))
+
+
+def _is_dm(channel: str, channel_type: str | None) -> bool:
+    if channel_type is not None:
+        return channel_type == "im"
+    return channel.startswith("D")
+
+
+def _display_name(profile: Mapping[str, Any] | None) -> str:
+    if not profile:
+        return ""
+    for key in ("display_name", "real_name", "name"):
+        value = profile.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""

@@ -1,0 +1,651 @@
+"""A protocol-level fake of Slack for the real ``slack_sdk`` / ``slack_bolt`` clients.
+
+One aiohttp server on a free loopback port speaks three things:
+
+- the **Web API** under :attr:`FakeSlack.api_url` (``auth.test``, ``chat.postMessage``,
+  ``chat.update``, ``chat.postEphemeral``, ``assistant.threads.setStatus``,
+  ``apps.connections.open``, ``conversations.info``, ``users.info``), form, query or JSON
+  arguments, bearer tokens checked, every call recorded, Slack's 40,000-character text
+  limit enforced (``msg_too_long``), faults injectable (``429`` + ``Retry-After``, 5xx,
+  ``ok: false``);
+- **Socket Mode**: ``apps.connections.open`` hands out a one-use ``ws://`` URL; the socket
+  says ``hello``, carries the envelopes a test pushes, records acks, can ask the client to
+  reconnect (``disconnect`` / ``refresh_requested``) and re-delivers unacked envelopes on
+  the next connection with ``retry_attempt + 1``, as Slack does;
+- **signed HTTP events**: :meth:`FakeSlack.deliver_http` POSTs a body to the app with a
+  valid, forged or stale ``v0`` signature.
+
+Usage::
+
+    async with FakeSlack() as slack:
+        settings = slack.settings()              # SlackSettings pointing at the fake
+        ...
+        env = await slack.push_event(slack.app_mention(text="<@U0FANBOT> hi"))
+        await slack.wait_ack(env)
+        posted = await slack.wait_messages(1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import urllib.parse
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+from aiohttp import web
+from pydantic import SecretStr
+
+from bot.config import SlackSettings
+from bot.testing import slack_wire as wire
+from bot.testing.netutil import LOOPBACK, bind_loopback
+
+MAX_TEXT_CHARS = 40_000
+
+
+@dataclass(kw_only=True)
+class ApiCall:
+    """One Web API call as the fake saw it: method, merged arguments, HTTP status sent."""
+
+    method: str
+    args: dict[str, Any]
+    token: str
+    status: int = 200
+    error: str | None = None
+
+
+@dataclass(kw_only=True)
+class Posted:
+    """A message the app posted (``edits`` lists earlier texts replaced by chat.update)."""
+
+    channel: str
+    ts: str
+    text: str
+    thread_ts: str | None = None
+    ephemeral_to: str | None = None
+    edits: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Fault:
+    """An injected failure for the next ``times`` calls of one method."""
+
+    status: int = 200
+    error: str = "internal_error"
+    retry_after: float | None = None
+    times: int = 1
+
+
+@dataclass(kw_only=True)
+class Envelope:
+    """A Socket Mode envelope sent to the app; ``ack`` is the app's reply once it came."""
+
+    envelope_id: str
+    body: dict[str, Any]
+    connection: int
+    ack: dict[str, Any] | None = None
+    acked: asyncio.Event = field(default_factory=asyncio.Event)
+    redelivered: bool = False
+
+
+@dataclass
+class HttpResult:
+    """What the app answered to a delivered HTTP event."""
+
+    status: int
+    text: str
+
+
+@dataclass(kw_only=True)
+class _Conn:
+    index: int
+    ws: web.WebSocketResponse
+    retiring: bool = False
+
+
+class FakeSlack:
+    """The fake Slack server (start with ``async with`` or :meth:`start` / :meth:`stop`).
+
+    Args:
+        team_id: The workspace id (``auth.test`` and event payloads).
+        bot_user_id: The bot's user id (mentions look like ``<@bot_user_id>``).
+        bot_id: The bot's ``B…`` id carried by its own messages.
+        bot_token: Accepted bearer token for Web API methods.
+        app_token: Accepted token for ``apps.connections.open``.
+        signing_secret: Secret used by :meth:`deliver_http` to sign requests.
+        echo_bot_messages: Send the app's own posts back as ``message`` events (as Slack
+            does when the app subscribes to ``message.*``).
+    """
+
+    def __init__(
+        self,
+        *,
+        team_id: str = "T0FANBOT",
+        bot_user_id: str = "U0FANBOT",
+        bot_id: str = "B0FANBOT",
+        app_id: str = "A0FANBOT",
+        bot_token: str = "xoxb-fake-bot-token",
+        app_token: str = "xapp-fake-app-token",
+        signing_secret: str = "fake-signing-secret",
+        echo_bot_messages: bool = False,
+    ) -> None:
+        self.team_id, self.bot_user_id, self.bot_id, self.app_id = (
+            team_id,
+            bot_user_id,
+            bot_id,
+            app_id,
+        )
+        self.bot_token, self.app_token, self.signing_secret = bot_token, app_token, signing_secret
+        self.echo_bot_messages = echo_bot_messages
+        self.calls: list[ApiCall] = []
+        self.messages: list[Posted] = []
+        self.ephemerals: list[Posted] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.envelopes: list[Envelope] = []
+        self.connections = 0
+        self.missing_channels: set[str] = set()
+        self._faults: dict[str, list[Fault]] = {}
+        self._tickets: set[str] = set()
+        self._conns: list[_Conn] = []
+        self._changed = asyncio.Condition()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> Self:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get("/link/", self._socket)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        sock = bind_loopback()
+        self._port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+        return self
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for conn in list(self._conns):
+            await conn.ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self._port}"
+
+    @property
+    def api_url(self) -> str:
+        """Base URL for ``AsyncWebClient(base_url=...)`` / ``FANBOT_SLACK__API_URL``."""
+        return f"{self.url}/api/"
+
+    def settings(self, **overrides: Any) -> SlackSettings:
+        """``SlackSettings`` pointing at this fake (Socket Mode unless overridden)."""
+        values: dict[str, Any] = {
+            "bot_token": SecretStr(self.bot_token),
+            "app_token": SecretStr(self.app_token),
+            "signing_secret": SecretStr(self.signing_secret),
+            "api_url": self.api_url,
+            "socket_ping_interval": 1.0,
+        }
+        values.update(overrides)
+        return SlackSettings(**values)
+
+    # -- Web API ---------------------------------------------------------------------------
+
+    def fail(
+        self,
+        method: str,
+        *,
+        status: int = 429,
+        error: str | None = None,
+        retry_after: float | None = 1,
+        times: int = 1,
+    ) -> None:
+        """Make the next ``times`` calls of ``method`` fail.
+
+        ``status=429`` answers ``ratelimited`` with ``Retry-After``; a 5xx answers an HTML
+        error page; ``status=200`` answers ``{"ok": false, "error": error}``.
+        """
+        default = "ratelimited" if status == 429 else "internal_error"
+        fault = Fault(status=status, error=error or default, retry_after=retry_after, times=times)
+        self._faults.setdefault(method, []).append(fault)
+
+    def calls_to(self, method: str) -> list[ApiCall]:
+        return [c for c in self.calls if c.method == method]
+
+    def thread(self, channel: str, thread_ts: str | None) -> list[Posted]:
+        """Messages the app posted in one thread (``None``: the channel root), in order."""
+        return [m for m in self.messages if m.channel == channel and m.thread_ts == thread_ts]
+
+    async def wait_messages(self, count: int, *, timeout: float = 10.0) -> list[Posted]:
+        """Wait until the app posted at least ``count`` (public) messages."""
+        await self._wait(lambda: len(self.messages) >= count, timeout, f"{count} messages")
+        return list(self.messages)
+
+    async def _api(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        args = await _read_args(request)
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        token = token or str(args.pop("token", ""))
+        args.pop("token", None)
+        call = ApiCall(method=method, args=args, token=token)
+        self.calls.append(call)
+        response = self._fault(method, call) or self._dispatch(method, args, token, call)
+        async with self._changed:
+            self._changed.notify_all()
+        return response
+
+    def _fault(self, method: str, call: ApiCall) -> web.StreamResponse | None:
+        queue = self._faults.get(method)
+        if not queue:
+            return None
+        fault = queue[0]
+        fault.times -= 1
+        if fault.times <= 0:
+            queue.pop(0)
+        call.status, call.error = fault.status, fault.error
+        if fault.status == 429:
+            headers = {"Retry-After": str(int(fault.retry_after or 1))}
+            return _error(fault.error, status=429, headers=headers)
+        if fault.status >= 500:
+            body = f"<html><body>{fault.status} upstream trouble</body></html>"
+            return web.Response(status=fault.status, text=body, content_type="text/html")
+        return _error(fault.error, status=fault.status)
+
+    def _dispatch(
+        self, method: str, args: dict[str, Any], token: str, call: ApiCall
+    ) -> web.StreamResponse:
+        expected = self.app_token if method == "apps.connections.open" else self.bot_token
+        if token != expected:
+            call.error = "not_allowed_token_type" if token else "not_authed"
+            if token and token not in (self.app_token, self.bot_token):
+                call.error = "invalid_auth"
+            return _error(call.error)
+        handler = _METHODS.get(method)
+        if handler is None:
+            call.error = "unknown_method"
+            return _error("unknown_method")
+        result = handler(self, args)
+        if not result.get("ok"):
+            call.error = str(result.get("error"))
+        return web.json_response(result)
+
+    def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "url": "https://fake.slack.invalid/",
+            "team": "Fake Team",
+            "user": "fanbot",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _check_text(self, args: dict[str, Any]) -> str | None:
+        channel = str(args.get("channel") or "")
+        if not channel or channel in self.missing_channels:
+            return "channel_not_found"
+        text = args.get("text")
+        if not text and not args.get("blocks"):
+            return "no_text"
+        if isinstance(text, str) and len(text) > MAX_TEXT_CHARS:
+            return "msg_too_long"
+        return None
+
+    def _post_message(self, args: dict[str, Any]) -> dict[str, Any]:
+        if error := self._check_text(args):
+            return {"ok": False, "error": error}
+        thread_ts = args.get("thread_ts") or None
+        posted = Posted(
+            channel=str(args["channel"]),
+            ts=wire.new_ts(),
+            text=str(args.get("text", "")),
+            thread_ts=str(thread_ts) if thread_ts else None,
+        )
+        self.messages.append(posted)
+        if self.echo_bot_messages and self._conns:
+            self._spawn(self.push_event(self._echo(posted)))
+        message: dict[str, Any] = {"type": "message", "user": self.bot_user_id}
+        message["bot_id"] = self.bot_id
+        message |= {"text": posted.text, "ts": posted.ts, "thread_ts": posted.thread_ts}
+        return {"ok": True, "channel": posted.channel, "ts": posted.ts, "message": message}
+
+    def _post_ephemeral(self, args: dict[str, Any]) -> dict[str, Any]:
+        if error := self._check_text(args):
+            return {"ok": False, "error": error}
+        if not args.get("user"):
+            return {"ok": False, "error": "user_not_in_channel"}
+        thread_ts = args.get("thread_ts") or None
+        posted = Posted(
+            channel=str(args["channel"]),
+            ts=wire.new_ts(),
+            text=str(args.get("text", "")),
+            thread_ts=str(thread_ts) if thread_ts else None,
+            ephemeral_to=str(args["user"]),
+        )
+        self.ephemerals.append(posted)
+        return {"ok": True, "message_ts": posted.ts}
+
+    def _update(self, args: dict[str, Any]) -> dict[str, Any]:
+        if error := self._check_text(args):
+            return {"ok": False, "error": error}
+        for posted in self.messages:
+            if posted.channel == args["channel"] and posted.ts == str(args.get("ts")):
+                posted.edits.append(posted.text)
+                posted.text = str(args.get("text", ""))
+                return {"ok": True, "channel": posted.channel, "ts": posted.ts, "text": posted.text}
+        return {"ok": False, "error": "message_not_found"}
+
+    def _set_status(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("channel_id") or not args.get("thread_ts"):
+            return {"ok": False, "error": "invalid_arguments"}
+        self.statuses.append(dict(args))
+        return {"ok": True}
+
+    def _connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        ticket = secrets.token_hex(8)
+        self._tickets.add(ticket)
+        ws = f"ws://{LOOPBACK}:{self._port}/link/?ticket={ticket}&app_id={self.app_id}"
+        return {"ok": True, "url": ws}
+
+    def _conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = str(args.get("channel") or "")
+        if not channel or channel in self.missing_channels:
+            return {"ok": False, "error": "channel_not_found"}
+        kind = channel[:1]
+        info = {"id": channel, "is_im": kind == "D", "is_channel": kind == "C"}
+        info |= {"is_private": kind == "G", "is_member": True, "name": channel.lower()}
+        return {"ok": True, "channel": info}
+
+    def _users_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = str(args.get("user") or "")
+        if not user:
+            return {"ok": False, "error": "user_not_found"}
+        profile = {"display_name": user.lower(), "real_name": user.lower()}
+        is_bot = user == self.bot_user_id
+        return {"ok": True, "user": {"id": user, "is_bot": is_bot, "profile": profile}}
+
+    # -- events ----------------------------------------------------------------------------
+
+    def message(self, **kwargs: Any) -> dict[str, Any]:
+        """A ``message`` event (see :func:`bot.testing.slack_wire.message_event`)."""
+        return wire.message_event(**kwargs)
+
+    def app_mention(self, **kwargs: Any) -> dict[str, Any]:
+        """An ``app_mention`` event (see :func:`bot.testing.slack_wire.app_mention_event`)."""
+        return wire.app_mention_event(**kwargs)
+
+    def event_body(self, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
+        """``event`` wrapped in this workspace's ``event_callback`` body."""
+        return wire.event_callback(
+            event, team_id=self.team_id, app_id=self.app_id, event_id=event_id
+        )
+
+    def command_body(self, *, text: str, **kwargs: Any) -> dict[str, str]:
+        """A slash command's form fields (see :func:`bot.testing.slack_wire.slash_command`)."""
+        return wire.slash_command(text=text, team_id=self.team_id, app_id=self.app_id, **kwargs)
+
+    def _echo(self, posted: Posted) -> dict[str, Any]:
+        return wire.message_event(
+            text=posted.text,
+            user=self.bot_user_id,
+            channel=posted.channel,
+            ts=posted.ts,
+            thread_ts=posted.thread_ts,
+            bot_id=self.bot_id,
+        )
+
+    # -- Socket Mode -----------------------------------------------------------------------
+
+    async def wait_connected(self, count: int = 1, *, timeout: float = 10.0) -> None:
+        """Wait until ``count`` socket connections have been opened in total and one is live."""
+        await self._wait(
+            lambda: self.connections >= count and self._live() is not None,
+            timeout,
+            f"socket connection #{count}",
+        )
+
+    async def push_event(
+        self,
+        event: dict[str, Any],
+        *,
+        event_id: str | None = None,
+        retry_attempt: int = 0,
+        retry_reason: str = "",
+        timeout: float = 10.0,
+    ) -> Envelope:
+        """Send ``event`` to the app as an ``events_api`` envelope."""
+        body = wire.envelope(
+            "events_api",
+            self.event_body(event, event_id=event_id),
+            retry_attempt=retry_attempt,
+            retry_reason=retry_reason,
+        )
+        return await self.push(body, timeout=timeout)
+
+    async def push_command(self, *, text: str, timeout: float = 10.0, **kwargs: Any) -> Envelope:
+        """Send a slash command to the app as a ``slash_commands`` envelope."""
+        body = wire.envelope("slash_commands", self.command_body(text=text, **kwargs))
+        return await self.push(body, timeout=timeout)
+
+    async def push(self, body: dict[str, Any], *, timeout: float = 10.0) -> Envelope:
+        """Send a raw envelope on the live connection (waiting for one if needed)."""
+        await self._wait(lambda: self._live() is not None, timeout, "a live socket")
+        conn = self._live()
+        assert conn is not None
+        env = Envelope(envelope_id=str(body["envelope_id"]), body=body, connection=conn.index)
+        self.envelopes.append(env)
+        await conn.ws.send_str(json.dumps(body))
+        return env
+
+    async def redeliver(self, env: Envelope, *, reason: str = "timeout") -> Envelope:
+        """Send ``env`` again with ``retry_attempt + 1`` and a new envelope id (a Slack retry)."""
+        body = json.loads(json.dumps(env.body))
+        body["envelope_id"] = wire.envelope("events_api", {})["envelope_id"]
+        body["retry_attempt"] = int(body.get("retry_attempt", 0)) + 1
+        body["retry_reason"] = reason
+        return await self.push(body)
+
+    async def wait_ack(self, env: Envelope, *, timeout: float = 10.0) -> dict[str, Any]:
+        """Wait for the app's ack of ``env`` and return it."""
+        await asyncio.wait_for(env.acked.wait(), timeout)
+        assert env.ack is not None
+        return env.ack
+
+    async def disconnect(self, reason: str = "refresh_requested", *, grace: float = 10.0) -> None:
+        """Ask the app to reconnect, as Slack does before it recycles a socket.
+
+        The current socket receives no new envelopes; it is closed once the app opened a
+        new one (or after ``grace`` seconds).
+        """
+        conn = self._live()
+        if conn is None:
+            raise RuntimeError("no live socket to disconnect")
+        conn.retiring = True
+        message = {"type": "disconnect", "reason": reason, "debug_info": {"host": "fake-slack"}}
+        await conn.ws.send_str(json.dumps(message))
+        self._spawn(self._retire(conn, grace))
+
+    async def drop(self) -> None:
+        """Close the live socket abruptly (the client must notice and reconnect)."""
+        conn = self._live()
+        if conn is not None:
+            conn.retiring = True
+            await conn.ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
+
+    async def _retire(self, conn: _Conn, grace: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await self._wait(lambda: self._live() is not None, grace, "a new socket")
+        await conn.ws.close()
+
+    def _live(self) -> _Conn | None:
+        for conn in reversed(self._conns):
+            if not conn.retiring and not conn.ws.closed:
+                return conn
+        return None
+
+    async def _socket(self, request: web.Request) -> web.StreamResponse:
+        ticket = request.query.get("ticket", "")
+        if ticket not in self._tickets:
+            return web.Response(status=401, text="invalid or used ticket")
+        self._tickets.discard(ticket)
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self.connections += 1
+        conn = _Conn(index=self.connections, ws=ws)
+        self._conns.append(conn)
+        hello = {"type": "hello", "num_connections": len(self._conns)}
+        hello |= {"debug_info": {"host": "fake-slack"}, "connection_info": {"app_id": self.app_id}}
+        await ws.send_str(json.dumps(hello))
+        async with self._changed:
+            self._changed.notify_all()
+        self._redeliver_unacked()
+        try:
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    await self._on_client_message(msg.data)
+        finally:
+            self._conns.remove(conn)
+            self._redeliver_unacked()
+            async with self._changed:
+                self._changed.notify_all()
+        return ws
+
+    def _redeliver_unacked(self) -> None:
+        # Slack re-sends an events_api envelope whose socket died before the ack.
+        live = {c.index for c in self._conns if not c.ws.closed}
+        for env in list(self.envelopes):
+            dead = env.connection not in live and env.body.get("type") == "events_api"
+            if dead and env.ack is None and not env.redelivered:
+                env.redelivered = True
+                self._spawn(self._redeliver_quietly(env))
+
+    async def _redeliver_quietly(self, env: Envelope) -> None:
+        with contextlib.suppress(TimeoutError):
+            await self.redeliver(env)
+
+    async def _on_client_message(self, data: str) -> None:
+        try:
+            message = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(message, dict):
+            return
+        for env in self.envelopes:
+            if env.envelope_id == message.get("envelope_id") and env.ack is None:
+                env.ack = message
+                env.acked.set()
+        async with self._changed:
+            self._changed.notify_all()
+
+    # -- HTTP events -----------------------------------------------------------------------
+
+    def sign(self, body: str, *, timestamp: int | None = None) -> dict[str, str]:
+        """Valid ``v0`` signature headers for ``body`` with this fake's signing secret."""
+        return wire.sign(body, secret=self.signing_secret, timestamp=timestamp)
+
+    async def deliver_http(
+        self,
+        url: str,
+        body: dict[str, Any] | str,
+        *,
+        form: bool = False,
+        timestamp: int | None = None,
+        secret: str | None = None,
+        signature: str | None = None,
+        retry_num: int | None = None,
+    ) -> HttpResult:
+        """POST ``body`` to the app like Slack's Events API / slash commands would.
+
+        Args:
+            url: The app's endpoint.
+            body: A dict (JSON, or form fields with ``form=True``) or a raw string.
+            form: Send ``application/x-www-form-urlencoded`` (slash commands).
+            timestamp: Signature timestamp (default now; an old one makes it stale).
+            secret: Sign with this secret instead (a forged signature).
+            signature: Send this ``X-Slack-Signature`` verbatim.
+            retry_num: Add ``X-Slack-Retry-Num`` (a Slack retry).
+        """
+        if isinstance(body, str):
+            raw, ctype = body, "application/json"
+        elif form:
+            raw = urllib.parse.urlencode(body)
+            ctype = "application/x-www-form-urlencoded"
+        else:
+            raw, ctype = json.dumps(body), "application/json"
+        headers = wire.sign(raw, secret=secret or self.signing_secret, timestamp=timestamp)
+        if signature is not None:
+            headers["X-Slack-Signature"] = signature
+        headers["Content-Type"] = ctype
+        if retry_num is not None:
+            headers |= {"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": "timeout"}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(url, data=raw.encode(), headers=headers) as resp,
+        ):
+            return HttpResult(status=resp.status, text=await resp.text())
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _wait(self, ready: Any, timeout: float, what: str) -> None:
+        async def waiter() -> None:
+            async with self._changed:
+                await self._changed.wait_for(ready)
+
+        try:
+            await asyncio.wait_for(waiter(), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"fake Slack: timed out waiting for {what}") from None
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _read_args(request: web.Request) -> dict[str, Any]:
+    args: dict[str, Any] = dict(request.query)
+    if request.method != "POST" or not request.can_read_body:
+        return args
+    if request.content_type == "application/json":
+        with contextlib.suppress(ValueError):
+            body = await request.json()
+            if isinstance(body, dict):
+                args.update(body)
+        return args
+    args.update(dict(await request.post()))
+    return args
+
+
+def _error(error: str, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"ok": False, "error": error}, status=status, headers=headers)
+
+
+_METHODS = {
+    "auth.test": FakeSlack._auth_test,
+    "chat.postMessage": FakeSlack._post_message,
+    "chat.postEphemeral": FakeSlack._post_ephemeral,
+    "chat.update": FakeSlack._update,
+    "assistant.threads.setStatus": FakeSlack._set_status,
+    "apps.connections.open": FakeSlack._connections_open,
+    "conversations.info": FakeSlack._conversations_info,
+    "users.info": FakeSlack._users_info,
+}

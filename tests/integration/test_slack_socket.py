@@ -1,0 +1,195 @@
+"""Slack over Socket Mode: the real slack_bolt / slack_sdk clients against the fake Slack."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from pydantic import SecretStr
+
+from adapters.slack import SlackChannel, build
+from bot.config import Settings
+from bot.errors import ConfigError
+from bot.ports import ChannelAdapter
+from bot.testing.fake_slack import FakeSlack
+from bot.types import Inbound
+
+
+class Sink:
+    """Collects what the adapter delivers."""
+
+    def __init__(self) -> None:
+        self.items: list[Inbound] = []
+        self._changed = asyncio.Condition()
+
+    async def __call__(self, inbound: Inbound) -> None:
+        async with self._changed:
+            self.items.append(inbound)
+            self._changed.notify_all()
+
+    async def wait(self, count: int, timeout: float = 10.0) -> list[Inbound]:
+        async def ready() -> None:
+            async with self._changed:
+                await self._changed.wait_for(lambda: len(self.items) >= count)
+
+        await asyncio.wait_for(ready(), timeout)
+        return list(self.items)
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack(echo_bot_messages=True) as fake:
+        yield fake
+
+
+@pytest.fixture
+def sink() -> Sink:
+    return Sink()
+
+
+@pytest.fixture
+async def channel(slack: FakeSlack, sink: Sink) -> AsyncIterator[SlackChannel]:
+    adapter = SlackChannel(settings=slack.settings())
+    await adapter.start(sink)
+    yield adapter
+    await adapter.stop()
+
+
+async def test_build_gives_a_channel_adapter(slack: FakeSlack) -> None:
+    adapter = build(Settings(slack=slack.settings()))
+    assert isinstance(adapter, ChannelAdapter)
+    assert adapter.platform == "slack"
+    assert adapter.http_routes() == []  # Socket Mode opens no HTTP port
+
+
+async def test_event_is_delivered_and_acked(
+    slack: FakeSlack, channel: SlackChannel, sink: Sink
+) -> None:
+    await slack.wait_connected()
+    env = await slack.push_event(slack.app_mention(text="<@U0FANBOT> research django", ts="100.1"))
+    ack = await slack.wait_ack(env)
+    assert ack == {"envelope_id": env.envelope_id}
+    [inbound] = await sink.wait(1)
+    assert inbound.text == "research django"
+    assert inbound.mentioned and not inbound.is_dm
+    assert inbound.thread.account == slack.team_id
+    assert (inbound.thread.chat, inbound.thread.thread) == ("C0GENERAL", "100.1")
+    assert [c.method for c in slack.calls][:2] == ["auth.test", "apps.connections.open"]
+
+
+async def test_retry_and_double_delivery_share_one_dedupe_id(
+    slack: FakeSlack, channel: SlackChannel, sink: Sink
+) -> None:
+    mention = slack.app_mention(text="<@U0FANBOT> go", ts="200.5")
+    first = await slack.push_event(mention)
+    await slack.wait_ack(first)
+    retry = await slack.redeliver(first, reason="timeout")
+    assert retry.body["retry_attempt"] == 1
+    as_message = await slack.push_event(slack.message(text="<@U0FANBOT> go", ts="200.5"))
+    await slack.wait_ack(retry)
+    await slack.wait_ack(as_message)
+    items = await sink.wait(3)
+    assert {i.dedupe_id for i in items} == {"C0GENERAL:200.5"}
+    assert all(i.mentioned for i in items)
+
+
+async def test_disconnect_refresh_requested_reconnects(
+    slack: FakeSlack, channel: SlackChannel, sink: Sink
+) -> None:
+    await slack.wait_connected(1)
+    await slack.disconnect("refresh_requested")
+    await slack.wait_connected(2)
+    env = await slack.push_event(slack.message(text="after refresh", ts="300.1", thread_ts="299.0"))
+    await slack.wait_ack(env)
+    [inbound] = await sink.wait(1)
+    assert inbound.text == "after refresh"
+    assert env.connection == 2
+    assert len(slack.calls_to("apps.connections.open")) == 2
+
+
+async def test_dropped_socket_reconnects_and_unacked_event_is_redelivered(
+    slack: FakeSlack, channel: SlackChannel, sink: Sink
+) -> None:
+    await slack.wait_connected(1)
+    await slack.drop()
+    await slack.wait_connected(2)
+    env = await slack.push_event(slack.message(text="still here", ts="310.1", thread_ts="309.0"))
+    await slack.wait_ack(env)
+    [inbound] = await sink.wait(1)
+    assert inbound.thread.thread == "309.0"
+
+
+async def test_own_messages_and_other_events_are_acked_not_delivered(
+    slack: FakeSlack, channel: SlackChannel, sink: Sink
+) -> None:
+    own = await slack.push_event(slack.message(text="I said", user="U0FANBOT", bot_id="B0FANBOT"))
+    reaction = await slack.push_event({"type": "reaction_added", "user": "U1", "reaction": "+1"})
+    joined = await slack.push_event(slack.message(text="joined", subtype="channel_join"))
+    edited = await slack.push_event(
+        slack.message(text="", subtype="message_changed", message={"text": "x", "ts": "1.0"})
+    )
+    for env in (own, reaction, joined, edited):
+        await slack.wait_ack(env)
+    assert sink.items == []
+
+
+async def test_slash_command_is_channel_level_and_acked(
+    slack: FakeSlack, channel: SlackChannel, sink: Sink
+) -> None:
+    env = await slack.push_command(text="list", channel_id="C0OPS")
+    await slack.wait_ack(env)
+    [inbound] = await sink.wait(1)
+    assert inbound.text == "/subagents list"
+    assert inbound.thread.thread is None and inbound.thread.chat == "C0OPS"
+    assert inbound.mentioned
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+async def test_event_the_sink_failed_on_stays_unacked_and_slack_retries_it(
+    slack: FakeSlack,
+) -> None:
+    seen: list[Inbound] = []
+
+    async def flaky(inbound: Inbound) -> None:
+        seen.append(inbound)
+        if len(seen) == 1:
+            raise RuntimeError("redis is down")
+
+    adapter = SlackChannel(settings=slack.settings())
+    await adapter.start(flaky)
+    try:
+        env = await slack.push_event(slack.app_mention(text="<@U0FANBOT> hi", ts="400.1"))
+        await eventually(lambda: len(seen) == 1)
+        await slack.drop()
+        await eventually(lambda: len(slack.envelopes) == 2)
+        retry = slack.envelopes[1]
+        assert retry.body["retry_attempt"] == 1
+        await slack.wait_ack(retry)
+        assert env.ack is None
+        assert [i.dedupe_id for i in seen] == ["C0GENERAL:400.1"] * 2
+    finally:
+        await adapter.stop()
+
+
+async def test_bad_tokens_are_configuration_errors(slack: FakeSlack, sink: Sink) -> None:
+    bad_bot = SlackChannel(settings=slack.settings(bot_token=SecretStr("xoxb-wrong")))
+    with pytest.raises(ConfigError, match="BOT_TOKEN"):
+        await bad_bot.start(sink)
+    bad_app = SlackChannel(settings=slack.settings(app_token=SecretStr("xapp-wrong")))
+    with pytest.raises(ConfigError, match="APP_TOKEN"):
+        await bad_app.start(sink)
+
+
+def test_missing_tokens_are_configuration_errors(slack: FakeSlack) -> None:
+    with pytest.raises(ConfigError, match="APP_TOKEN"):
+        SlackChannel(settings=slack.settings(app_token=None))
+    with pytest.raises(ConfigError, match="SIGNING_SECRET"):
+        SlackChannel(settings=slack.settings(mode="http", signing_secret=None))

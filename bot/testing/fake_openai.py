@@ -303,6 +303,8 @@ class FakeOpenAI:
         except Exception as exc:
             log.exception("fake model script failed")
             return Fail(500, message=f"The fake model's script raised {exc!r}")
+        if not isinstance(reply, Text | ToolCalls | Fail | Hang):
+            return Fail(500, message=f"The fake model's script returned {reply!r}, not a reply")
         return reply
 
     async def _stream(

@@ -245,7 +245,7 @@ class ChatRequest:
 
 Script: TypeAlias = Callable[[ChatRequest], Reply | Awaitable[Reply]]
 Predicate: TypeAlias = Callable[[ChatRequest], bool]
-Responder: TypeAlias = Reply | Sequence[Reply] | Script
+Responder: TypeAlias = Reply | Sequence[Reply] | Script | str
 
 
 def user_contains(text: str) -> Predicate:
@@ -295,7 +295,7 @@ class ScriptedModel:
                 HTTP 500 whose message names the request, so a test failure says why.
         """
         self._rules: list[_Rule] = []
-        self._default = default
+        self._default = Text(default) if isinstance(default, str) else default
         self._lock = threading.Lock()
         self.unmatched: list[ChatRequest] = []
 
@@ -306,13 +306,15 @@ class ScriptedModel:
 
         Args:
             when: A predicate, or a substring of the last user message.
-            reply: A reply; a list of replies answered one per matching request (the rule
+            reply: A reply (a plain string means ``Text(string)``); a list of replies answered one per matching request (the rule
                 then stops matching, unless ``times`` asks for more: the last one repeats);
                 or a script ``(ChatRequest) -> Reply`` called per request.
             times: How many requests this rule may answer; unlimited when ``None``
                 (``len(reply)`` for a list).
         """
         predicate = user_contains(when) if isinstance(when, str) else when
+        if isinstance(reply, str):
+            reply = Text(reply)
         if isinstance(reply, Sequence) and times is None:
             times = len(reply)
         self._rules.append(_Rule(when=predicate, reply=reply, times=times))
@@ -347,8 +349,11 @@ class ScriptedModel:
 def _respond(reply: Responder, nth: int, request: ChatRequest) -> Reply | Awaitable[Reply]:
     if isinstance(reply, Text | ToolCalls | Fail | Hang):
         return reply
+    if isinstance(reply, str):
+        return Text(reply)
     if isinstance(reply, Sequence):
-        return reply[min(nth, len(reply) - 1)]
+        item = reply[min(nth, len(reply) - 1)]
+        return Text(item) if isinstance(item, str) else item
     return reply(request)
 
 

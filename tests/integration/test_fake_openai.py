@@ -311,12 +311,16 @@ def test_script_errors_become_500_with_the_reason() -> None:
     def broken(request: ChatRequest) -> Reply:
         raise KeyError("no such rule")
 
-    with (
-        FakeOpenAI(broken) as fake,
-        sync_client(fake, max_retries=0) as client,
-        pytest.raises(openai.InternalServerError, match="no such rule"),
-    ):
-        client.chat.completions.create(model="fake-model", messages=USER)
+    def confused(request: ChatRequest) -> object:
+        return None
+
+    for script, reason in ((broken, "no such rule"), (confused, "returned None")):
+        with (
+            FakeOpenAI(script) as fake,
+            sync_client(fake, max_retries=0) as client,
+            pytest.raises(openai.InternalServerError, match=reason),
+        ):
+            client.chat.completions.create(model="fake-model", messages=USER)
 
 
 def test_requests_from_another_process_are_recorded() -> None:
@@ -344,6 +348,7 @@ def test_scripted_rules_lists_times_default_and_unmatched() -> None:
         ScriptedModel()
         .on("twice", Text("again"), times=2)
         .on("seq", [Text("one"), Text("two")])
+        .on("plain", "a plain string is Text")
         .on(system_contains("You are the reviewer"), Text("review"))
         .on(last_role("tool"), lambda req: Text(f"got {req.tool_results[-1].content}"))
     )
@@ -372,6 +377,7 @@ def test_scripted_rules_lists_times_default_and_unmatched() -> None:
             "one",
             "two",
         ]
+        assert ask(client, [{"role": "user", "content": "plain"}]) == "a plain string is Text"
         system = {"role": "system", "content": "You are the reviewer."}
         assert ask(client, [system, {"role": "user", "content": "x"}]) == "review"
         assert ask(client, tool_turn) == "got 12:00"

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import secrets
 import urllib.parse
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -43,41 +42,9 @@ from pydantic import SecretStr
 from bot.config import SlackSettings
 from bot.testing import slack_wire as wire
 from bot.testing.netutil import LOOPBACK, bind_loopback
+from bot.testing.slack_webapi import MAX_TEXT_CHARS, ApiCall, Fault, Posted, WebApi
 
-MAX_TEXT_CHARS = 40_000
-
-
-@dataclass(kw_only=True)
-class ApiCall:
-    """One Web API call as the fake saw it: method, merged arguments, HTTP status sent."""
-
-    method: str
-    args: dict[str, Any]
-    token: str
-    status: int = 200
-    error: str | None = None
-
-
-@dataclass(kw_only=True)
-class Posted:
-    """A message the app posted (``edits`` lists earlier texts replaced by chat.update)."""
-
-    channel: str
-    ts: str
-    text: str
-    thread_ts: str | None = None
-    ephemeral_to: str | None = None
-    edits: list[str] = field(default_factory=list)
-
-
-@dataclass(kw_only=True)
-class Fault:
-    """An injected failure for the next ``times`` calls of one method."""
-
-    status: int = 200
-    error: str = "internal_error"
-    retry_after: float | None = None
-    times: int = 1
+__all__ = ["MAX_TEXT_CHARS", "ApiCall", "Envelope", "FakeSlack", "Fault", "HttpResult", "Posted"]
 
 
 @dataclass(kw_only=True)
@@ -141,15 +108,22 @@ class FakeSlack:
         )
         self.bot_token, self.app_token, self.signing_secret = bot_token, app_token, signing_secret
         self.echo_bot_messages = echo_bot_messages
-        self.calls: list[ApiCall] = []
-        self.messages: list[Posted] = []
-        self.ephemerals: list[Posted] = []
-        self.statuses: list[dict[str, Any]] = []
+        self.web = WebApi(
+            team_id=team_id,
+            bot_user_id=bot_user_id,
+            bot_id=bot_id,
+            bot_token=bot_token,
+            app_token=app_token,
+            socket_url=self._socket_url,
+            on_post=self._echo if echo_bot_messages else None,
+        )
+        # The Web API's records, under the names tests read.
+        self.calls, self.messages = self.web.calls, self.web.messages
+        self.ephemerals, self.statuses = self.web.ephemerals, self.web.statuses
+        self.missing_channels = self.web.missing_channels
+        self.fail, self.calls_to, self.thread = self.web.fail, self.web.calls_to, self.web.thread
         self.envelopes: list[Envelope] = []
         self.connections = 0
-        self.missing_channels: set[str] = set()
-        self._faults: dict[str, list[Fault]] = {}
-        self._tickets: set[str] = set()
         self._conns: list[_Conn] = []
         self._changed = asyncio.Condition()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -209,179 +183,30 @@ class FakeSlack:
 
     # -- Web API ---------------------------------------------------------------------------
 
-    def fail(
-        self,
-        method: str,
-        *,
-        status: int = 429,
-        error: str | None = None,
-        retry_after: float | None = 1,
-        times: int = 1,
-    ) -> None:
-        """Make the next ``times`` calls of ``method`` fail.
+    async def _api(self, request: web.Request) -> web.StreamResponse:
+        args = await _read_args(request)
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        token = token or str(args.get("token", ""))
+        args.pop("token", None)
+        reply = self.web.handle(request.match_info["method"], args, token)
+        async with self._changed:
+            self._changed.notify_all()
+        if reply.html is not None:
+            return web.Response(
+                status=reply.status,
+                text=reply.html,
+                content_type="text/html",
+                headers=reply.headers,
+            )
+        return web.json_response(reply.body, status=reply.status, headers=reply.headers)
 
-        ``status=429`` answers ``ratelimited`` with ``Retry-After``; a 5xx answers an HTML
-        error page; ``status=200`` answers ``{"ok": false, "error": error}``.
-        """
-        default = "ratelimited" if status == 429 else "internal_error"
-        fault = Fault(status=status, error=error or default, retry_after=retry_after, times=times)
-        self._faults.setdefault(method, []).append(fault)
-
-    def calls_to(self, method: str) -> list[ApiCall]:
-        return [c for c in self.calls if c.method == method]
-
-    def thread(self, channel: str, thread_ts: str | None) -> list[Posted]:
-        """Messages the app posted in one thread (``None``: the channel root), in order."""
-        return [m for m in self.messages if m.channel == channel and m.thread_ts == thread_ts]
+    def _socket_url(self, ticket: str) -> str:
+        return f"ws://{LOOPBACK}:{self._port}/link/?ticket={ticket}&app_id={self.app_id}"
 
     async def wait_messages(self, count: int, *, timeout: float = 10.0) -> list[Posted]:
         """Wait until the app posted at least ``count`` (public) messages."""
         await self._wait(lambda: len(self.messages) >= count, timeout, f"{count} messages")
         return list(self.messages)
-
-    async def _api(self, request: web.Request) -> web.StreamResponse:
-        method = request.match_info["method"]
-        args = await _read_args(request)
-        token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        token = token or str(args.pop("token", ""))
-        args.pop("token", None)
-        call = ApiCall(method=method, args=args, token=token)
-        self.calls.append(call)
-        response = self._fault(method, call) or self._dispatch(method, args, token, call)
-        async with self._changed:
-            self._changed.notify_all()
-        return response
-
-    def _fault(self, method: str, call: ApiCall) -> web.StreamResponse | None:
-        queue = self._faults.get(method)
-        if not queue:
-            return None
-        fault = queue[0]
-        fault.times -= 1
-        if fault.times <= 0:
-            queue.pop(0)
-        call.status, call.error = fault.status, fault.error
-        if fault.status == 429:
-            headers = {"Retry-After": str(int(fault.retry_after or 1))}
-            return _error(fault.error, status=429, headers=headers)
-        if fault.status >= 500:
-            body = f"<html><body>{fault.status} upstream trouble</body></html>"
-            return web.Response(status=fault.status, text=body, content_type="text/html")
-        return _error(fault.error, status=fault.status)
-
-    def _dispatch(
-        self, method: str, args: dict[str, Any], token: str, call: ApiCall
-    ) -> web.StreamResponse:
-        expected = self.app_token if method == "apps.connections.open" else self.bot_token
-        if token != expected:
-            call.error = "not_allowed_token_type" if token else "not_authed"
-            if token and token not in (self.app_token, self.bot_token):
-                call.error = "invalid_auth"
-            return _error(call.error)
-        handler = _METHODS.get(method)
-        if handler is None:
-            call.error = "unknown_method"
-            return _error("unknown_method")
-        result = handler(self, args)
-        if not result.get("ok"):
-            call.error = str(result.get("error"))
-        return web.json_response(result)
-
-    def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "ok": True,
-            "url": "https://fake.slack.invalid/",
-            "team": "Fake Team",
-            "user": "fanbot",
-            "team_id": self.team_id,
-            "user_id": self.bot_user_id,
-            "bot_id": self.bot_id,
-            "is_enterprise_install": False,
-        }
-
-    def _check_text(self, args: dict[str, Any]) -> str | None:
-        channel = str(args.get("channel") or "")
-        if not channel or channel in self.missing_channels:
-            return "channel_not_found"
-        text = args.get("text")
-        if not text and not args.get("blocks"):
-            return "no_text"
-        if isinstance(text, str) and len(text) > MAX_TEXT_CHARS:
-            return "msg_too_long"
-        return None
-
-    def _post_message(self, args: dict[str, Any]) -> dict[str, Any]:
-        if error := self._check_text(args):
-            return {"ok": False, "error": error}
-        thread_ts = args.get("thread_ts") or None
-        posted = Posted(
-            channel=str(args["channel"]),
-            ts=wire.new_ts(),
-            text=str(args.get("text", "")),
-            thread_ts=str(thread_ts) if thread_ts else None,
-        )
-        self.messages.append(posted)
-        if self.echo_bot_messages and self._conns:
-            self._spawn(self.push_event(self._echo(posted)))
-        message: dict[str, Any] = {"type": "message", "user": self.bot_user_id}
-        message["bot_id"] = self.bot_id
-        message |= {"text": posted.text, "ts": posted.ts, "thread_ts": posted.thread_ts}
-        return {"ok": True, "channel": posted.channel, "ts": posted.ts, "message": message}
-
-    def _post_ephemeral(self, args: dict[str, Any]) -> dict[str, Any]:
-        if error := self._check_text(args):
-            return {"ok": False, "error": error}
-        if not args.get("user"):
-            return {"ok": False, "error": "user_not_in_channel"}
-        thread_ts = args.get("thread_ts") or None
-        posted = Posted(
-            channel=str(args["channel"]),
-            ts=wire.new_ts(),
-            text=str(args.get("text", "")),
-            thread_ts=str(thread_ts) if thread_ts else None,
-            ephemeral_to=str(args["user"]),
-        )
-        self.ephemerals.append(posted)
-        return {"ok": True, "message_ts": posted.ts}
-
-    def _update(self, args: dict[str, Any]) -> dict[str, Any]:
-        if error := self._check_text(args):
-            return {"ok": False, "error": error}
-        for posted in self.messages:
-            if posted.channel == args["channel"] and posted.ts == str(args.get("ts")):
-                posted.edits.append(posted.text)
-                posted.text = str(args.get("text", ""))
-                return {"ok": True, "channel": posted.channel, "ts": posted.ts, "text": posted.text}
-        return {"ok": False, "error": "message_not_found"}
-
-    def _set_status(self, args: dict[str, Any]) -> dict[str, Any]:
-        if not args.get("channel_id") or not args.get("thread_ts"):
-            return {"ok": False, "error": "invalid_arguments"}
-        self.statuses.append(dict(args))
-        return {"ok": True}
-
-    def _connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
-        ticket = secrets.token_hex(8)
-        self._tickets.add(ticket)
-        ws = f"ws://{LOOPBACK}:{self._port}/link/?ticket={ticket}&app_id={self.app_id}"
-        return {"ok": True, "url": ws}
-
-    def _conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
-        channel = str(args.get("channel") or "")
-        if not channel or channel in self.missing_channels:
-            return {"ok": False, "error": "channel_not_found"}
-        kind = channel[:1]
-        info = {"id": channel, "is_im": kind == "D", "is_channel": kind == "C"}
-        info |= {"is_private": kind == "G", "is_member": True, "name": channel.lower()}
-        return {"ok": True, "channel": info}
-
-    def _users_info(self, args: dict[str, Any]) -> dict[str, Any]:
-        user = str(args.get("user") or "")
-        if not user:
-            return {"ok": False, "error": "user_not_found"}
-        profile = {"display_name": user.lower(), "real_name": user.lower()}
-        is_bot = user == self.bot_user_id
-        return {"ok": True, "user": {"id": user, "is_bot": is_bot, "profile": profile}}
 
     # -- events ----------------------------------------------------------------------------
 
@@ -403,8 +228,10 @@ class FakeSlack:
         """A slash command's form fields (see :func:`bot.testing.slack_wire.slash_command`)."""
         return wire.slash_command(text=text, team_id=self.team_id, app_id=self.app_id, **kwargs)
 
-    def _echo(self, posted: Posted) -> dict[str, Any]:
-        return wire.message_event(
+    def _echo(self, posted: Posted) -> None:
+        if self._live() is None:
+            return
+        event = wire.message_event(
             text=posted.text,
             user=self.bot_user_id,
             channel=posted.channel,
@@ -412,6 +239,7 @@ class FakeSlack:
             thread_ts=posted.thread_ts,
             bot_id=self.bot_id,
         )
+        self._spawn(self.push_event(event))
 
     # -- Socket Mode -----------------------------------------------------------------------
 
@@ -504,9 +332,8 @@ class FakeSlack:
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
         ticket = request.query.get("ticket", "")
-        if ticket not in self._tickets:
+        if not self.web.use_ticket(ticket):
             return web.Response(status=401, text="invalid or used ticket")
-        self._tickets.discard(ticket)
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
         self.connections += 1
@@ -633,19 +460,3 @@ async def _read_args(request: web.Request) -> dict[str, Any]:
         return args
     args.update(dict(await request.post()))
     return args
-
-
-def _error(error: str, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response({"ok": False, "error": error}, status=status, headers=headers)
-
-
-_METHODS = {
-    "auth.test": FakeSlack._auth_test,
-    "chat.postMessage": FakeSlack._post_message,
-    "chat.postEphemeral": FakeSlack._post_ephemeral,
-    "chat.update": FakeSlack._update,
-    "assistant.threads.setStatus": FakeSlack._set_status,
-    "apps.connections.open": FakeSlack._connections_open,
-    "conversations.info": FakeSlack._conversations_info,
-    "users.info": FakeSlack._users_info,
-}

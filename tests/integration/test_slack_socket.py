@@ -13,7 +13,7 @@ from bot.config import Settings
 from bot.errors import ConfigError
 from bot.ports import ChannelAdapter
 from bot.testing.fake_slack import FakeSlack
-from bot.types import Inbound
+from bot.types import Inbound, Outbound, ThreadRef
 
 
 class Sink:
@@ -193,3 +193,16 @@ def test_missing_tokens_are_configuration_errors(slack: FakeSlack) -> None:
         SlackChannel(settings=slack.settings(app_token=None))
     with pytest.raises(ConfigError, match="SIGNING_SECRET"):
         SlackChannel(settings=slack.settings(mode="http", signing_secret=None))
+
+
+async def test_echo_of_our_own_post_is_acked_and_not_delivered(
+    slack: FakeSlack, channel: SlackChannel, sink: Sink
+) -> None:
+    await slack.wait_connected()
+    thread = ThreadRef(platform="slack", account=slack.team_id, chat="C0GENERAL", thread="800.1")
+    [ts] = await channel.send(Outbound(thread=thread, text="answer"))
+    await eventually(lambda: any(e.body["payload"]["event"]["ts"] == ts for e in slack.envelopes))
+    [echo] = slack.envelopes
+    assert echo.body["payload"]["event"]["bot_id"] == slack.bot_id
+    await slack.wait_ack(echo)
+    assert sink.items == []

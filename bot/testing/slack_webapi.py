@@ -1,0 +1,271 @@
+"""The Web API half of the fake Slack: methods, recorded calls, posted messages, faults.
+
+Pure state and answers (no sockets); :class:`bot.testing.fake_slack.FakeSlack` serves it
+over HTTP under ``/api/<method>``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.testing import slack_wire as wire
+
+MAX_TEXT_CHARS = 40_000
+
+
+@dataclass(kw_only=True)
+class ApiCall:
+    """One Web API call as the fake saw it: method, merged arguments, HTTP status sent."""
+
+    method: str
+    args: dict[str, Any]
+    token: str
+    status: int = 200
+    error: str | None = None
+
+
+@dataclass(kw_only=True)
+class Posted:
+    """A message the app posted (``edits`` lists earlier texts replaced by chat.update)."""
+
+    channel: str
+    ts: str
+    text: str
+    thread_ts: str | None = None
+    ephemeral_to: str | None = None
+    edits: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Fault:
+    """An injected failure for the next ``times`` calls of one method."""
+
+    status: int = 200
+    error: str = "internal_error"
+    retry_after: float | None = None
+    times: int = 1
+
+
+@dataclass(kw_only=True)
+class ApiReply:
+    """An HTTP answer: a JSON ``body`` or an ``html`` error page."""
+
+    status: int = 200
+    body: dict[str, Any] | None = None
+    html: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class WebApi:
+    """Slack Web API methods over in-memory state.
+
+    Args:
+        socket_url: Builds the ``wss`` URL for a ticket (``apps.connections.open``).
+        on_post: Called with every message the app posts (to echo it as an event).
+    """
+
+    def __init__(
+        self,
+        *,
+        team_id: str,
+        bot_user_id: str,
+        bot_id: str,
+        bot_token: str,
+        app_token: str,
+        socket_url: Callable[[str], str],
+        on_post: Callable[[Posted], None] | None = None,
+    ) -> None:
+        self.team_id, self.bot_user_id, self.bot_id = team_id, bot_user_id, bot_id
+        self.bot_token, self.app_token = bot_token, app_token
+        self.socket_url, self.on_post = socket_url, on_post
+        self.calls: list[ApiCall] = []
+        self.messages: list[Posted] = []
+        self.ephemerals: list[Posted] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.missing_channels: set[str] = set()
+        self._faults: dict[str, list[Fault]] = {}
+        self._tickets: set[str] = set()
+
+    def use_ticket(self, ticket: str) -> bool:
+        """Consume a socket ticket; ``False`` when unknown or already used."""
+        if ticket not in self._tickets:
+            return False
+        self._tickets.discard(ticket)
+        return True
+
+    def fail(
+        self,
+        method: str,
+        *,
+        status: int = 429,
+        error: str | None = None,
+        retry_after: float | None = 1,
+        times: int = 1,
+    ) -> None:
+        """Make the next ``times`` calls of ``method`` fail.
+
+        ``status=429`` answers ``ratelimited`` with ``Retry-After``; a 5xx answers an HTML
+        error page; ``status=200`` answers ``{"ok": false, "error": error}``.
+        """
+        default = "ratelimited" if status == 429 else "internal_error"
+        fault = Fault(status=status, error=error or default, retry_after=retry_after, times=times)
+        self._faults.setdefault(method, []).append(fault)
+
+    def calls_to(self, method: str) -> list[ApiCall]:
+        return [c for c in self.calls if c.method == method]
+
+    def thread(self, channel: str, thread_ts: str | None) -> list[Posted]:
+        """Messages the app posted in one thread (``None``: the channel root), in order."""
+        return [m for m in self.messages if m.channel == channel and m.thread_ts == thread_ts]
+
+    def handle(self, method: str, args: dict[str, Any], token: str) -> ApiReply:
+        """Answer one call (recorded in :attr:`calls`), injected faults first."""
+        call = ApiCall(method=method, args=args, token=token)
+        self.calls.append(call)
+        return self._fault(method, call) or self._dispatch(method, args, token, call)
+
+    def _fault(self, method: str, call: ApiCall) -> ApiReply | None:
+        queue = self._faults.get(method)
+        if not queue:
+            return None
+        fault = queue[0]
+        fault.times -= 1
+        if fault.times <= 0:
+            queue.pop(0)
+        call.status, call.error = fault.status, fault.error
+        if fault.status == 429:
+            headers = {"Retry-After": str(int(fault.retry_after or 1))}
+            return _error(fault.error, status=429, headers=headers)
+        if fault.status >= 500:
+            return ApiReply(status=fault.status, html=f"<h1>{fault.status} upstream trouble</h1>")
+        return _error(fault.error, status=fault.status)
+
+    def _dispatch(self, method: str, args: dict[str, Any], token: str, call: ApiCall) -> ApiReply:
+        expected = self.app_token if method == "apps.connections.open" else self.bot_token
+        if token != expected:
+            call.error = "not_allowed_token_type" if token else "not_authed"
+            if token and token not in (self.app_token, self.bot_token):
+                call.error = "invalid_auth"
+            return _error(call.error)
+        handler = _METHODS.get(method)
+        if handler is None:
+            call.error = "unknown_method"
+            return _error("unknown_method")
+        result = handler(self, args)
+        if not result.get("ok"):
+            call.error = str(result.get("error"))
+        return ApiReply(body=result)
+
+    def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "url": "https://fake.slack.invalid/",
+            "team": "Fake Team",
+            "user": "fanbot",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _check_text(self, args: dict[str, Any]) -> str | None:
+        channel = str(args.get("channel") or "")
+        if not channel or channel in self.missing_channels:
+            return "channel_not_found"
+        text = args.get("text")
+        if not text and not args.get("blocks"):
+            return "no_text"
+        if isinstance(text, str) and len(text) > MAX_TEXT_CHARS:
+            return "msg_too_long"
+        return None
+
+    def _post_message(self, args: dict[str, Any]) -> dict[str, Any]:
+        if error := self._check_text(args):
+            return {"ok": False, "error": error}
+        thread_ts = args.get("thread_ts") or None
+        posted = Posted(
+            channel=str(args["channel"]),
+            ts=wire.new_ts(),
+            text=str(args.get("text", "")),
+            thread_ts=str(thread_ts) if thread_ts else None,
+        )
+        self.messages.append(posted)
+        if self.on_post is not None:
+            self.on_post(posted)
+        message: dict[str, Any] = {"type": "message", "user": self.bot_user_id}
+        message["bot_id"] = self.bot_id
+        message |= {"text": posted.text, "ts": posted.ts, "thread_ts": posted.thread_ts}
+        return {"ok": True, "channel": posted.channel, "ts": posted.ts, "message": message}
+
+    def _post_ephemeral(self, args: dict[str, Any]) -> dict[str, Any]:
+        if error := self._check_text(args):
+            return {"ok": False, "error": error}
+        if not args.get("user"):
+            return {"ok": False, "error": "user_not_in_channel"}
+        thread_ts = args.get("thread_ts") or None
+        posted = Posted(
+            channel=str(args["channel"]),
+            ts=wire.new_ts(),
+            text=str(args.get("text", "")),
+            thread_ts=str(thread_ts) if thread_ts else None,
+            ephemeral_to=str(args["user"]),
+        )
+        self.ephemerals.append(posted)
+        return {"ok": True, "message_ts": posted.ts}
+
+    def _update(self, args: dict[str, Any]) -> dict[str, Any]:
+        if error := self._check_text(args):
+            return {"ok": False, "error": error}
+        for posted in self.messages:
+            if posted.channel == args["channel"] and posted.ts == str(args.get("ts")):
+                posted.edits.append(posted.text)
+                posted.text = str(args.get("text", ""))
+                return {"ok": True, "channel": posted.channel, "ts": posted.ts, "text": posted.text}
+        return {"ok": False, "error": "message_not_found"}
+
+    def _set_status(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("channel_id") or not args.get("thread_ts"):
+            return {"ok": False, "error": "invalid_arguments"}
+        self.statuses.append(dict(args))
+        return {"ok": True}
+
+    def _connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        ticket = secrets.token_hex(8)
+        self._tickets.add(ticket)
+        return {"ok": True, "url": self.socket_url(ticket)}
+
+    def _conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = str(args.get("channel") or "")
+        if not channel or channel in self.missing_channels:
+            return {"ok": False, "error": "channel_not_found"}
+        kind = channel[:1]
+        info = {"id": channel, "is_im": kind == "D", "is_channel": kind == "C"}
+        info |= {"is_private": kind == "G", "is_member": True, "name": channel.lower()}
+        return {"ok": True, "channel": info}
+
+    def _users_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = str(args.get("user") or "")
+        if not user:
+            return {"ok": False, "error": "user_not_found"}
+        profile = {"display_name": user.lower(), "real_name": user.lower()}
+        is_bot = user == self.bot_user_id
+        return {"ok": True, "user": {"id": user, "is_bot": is_bot, "profile": profile}}
+
+
+def _error(error: str, *, status: int = 200, headers: dict[str, str] | None = None) -> ApiReply:
+    return ApiReply(status=status, body={"ok": False, "error": error}, headers=headers or {})
+
+
+_METHODS = {
+    "auth.test": WebApi._auth_test,
+    "chat.postMessage": WebApi._post_message,
+    "chat.postEphemeral": WebApi._post_ephemeral,
+    "chat.update": WebApi._update,
+    "assistant.threads.setStatus": WebApi._set_status,
+    "apps.connections.open": WebApi._connections_open,
+    "conversations.info": WebApi._conversations_info,
+    "users.info": WebApi._users_info,
+}

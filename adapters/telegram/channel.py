@@ -1,0 +1,279 @@
+"""The Telegram channel: python-telegram-bot's ``Application`` as a fanbot ChannelAdapter.
+
+Ingress is long polling (PTB's ``Updater``) unless a webhook URL is configured; then
+:meth:`TelegramChannel.http_routes` gives the gateway a route that checks Telegram's
+secret-token header and hands each update to the sink before answering 200, so a failed
+sink makes Telegram redeliver (the gateway dedupes). Egress renders markdown to Telegram
+HTML, splits it under 4096 UTF-16 units and maps PTB errors to
+:class:`~bot.errors.DeliveryError`.
+
+Restart semantics (polling): PTB's ``Updater.stop()`` calls ``getUpdates`` once more with
+the last offset, which confirms every fetched update to Telegram, and
+``Application.stop()`` then drains its queue, so updates fetched before a stop are
+processed once and not fetched again after a restart.
+"""
+
+from __future__ import annotations
+
+import datetime as dtm
+import hmac
+import json
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+from aiohttp import web
+from telegram import BotCommand, LinkPreviewOptions, Update
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Forbidden,
+    InvalidToken,
+    RetryAfter,
+    TelegramError,
+)
+from telegram.ext import Application, ContextTypes, TypeHandler
+
+from adapters.telegram.convert import COMMANDS, BotIdentity, destination, to_inbound
+from adapters.telegram.markup import Part, Splitter, render_parts
+from bot.errors import DeliveryError
+from bot.ports import InboundSink
+from bot.types import Outbound, ThreadRef
+
+log = logging.getLogger(__name__)
+
+# PTB 22 warns on every read of a time-period attribute (``RetryAfter.retry_after``, even
+# inside ``RetryAfter.__init__``) unless this opt-in to its future timedelta API is set.
+# PTB reads the variable at each access, so setting it at import is early enough.
+os.environ.setdefault("PTB_TIMEDELTA", "true")
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+ALLOWED_UPDATES = ("message", "edited_message")
+_NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
+_REMEMBERED_SENDS = 1024
+T = TypeVar("T")
+
+
+class TelegramChannel:
+    """One bot account. Construct with :func:`adapters.telegram.build`.
+
+    Args:
+        token: Bot token.
+        api_url: Bot API base URL; PTB appends the token (``{token}`` placeholders work too).
+        file_url: Bot API file base URL.
+        webhook_url: Public URL for webhook mode; ``None`` means long polling.
+        webhook_secret: Secret Telegram echoes in ``X-Telegram-Bot-Api-Secret-Token``.
+        poll_timeout: Long-polling timeout in seconds.
+        splitter: Markdown chunker ``(text, limit) -> parts`` measuring UTF-16 units.
+        commands: ``(name, description)`` pairs registered with ``setMyCommands``.
+    """
+
+    platform = "telegram"
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        api_url: str,
+        file_url: str,
+        webhook_url: str | None = None,
+        webhook_secret: str | None = None,
+        poll_timeout: float = 30.0,
+        splitter: Splitter | None = None,
+        commands: Collection[tuple[str, str]] = COMMANDS,
+    ) -> None:
+        self._token, self._api_url, self._file_url = token, api_url, file_url
+        self._webhook_url, self._webhook_secret = webhook_url, webhook_secret
+        self._poll_timeout = poll_timeout
+        self._splitter = splitter
+        self._commands = tuple(commands)
+        self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
+        self._me: BotIdentity | None = None
+        self._sink: InboundSink | None = None
+        # Message ids already posted per idempotency key, so a retried multi-part send
+        # resumes after the last accepted part instead of posting earlier parts twice.
+        self._sent: OrderedDict[str, list[str]] = OrderedDict()
+
+    @property
+    def me(self) -> BotIdentity:
+        """The bot's identity (known after :meth:`start`)."""
+        if self._me is None:
+            raise RuntimeError("TelegramChannel is not started")
+        return self._me
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self, sink: InboundSink) -> None:
+        builder = (
+            Application.builder()
+            .token(self._token)
+            .base_url(self._api_url)
+            .base_file_url(self._file_url)
+        )
+        if self._webhook_url:
+            builder = builder.updater(None)
+        app = builder.build()
+        app.add_handler(TypeHandler(Update, self._on_update))
+        app.add_error_handler(self._on_error)
+        await app.initialize()  # getMe
+        self._app, self._sink = app, sink
+        self._me = BotIdentity(id=app.bot.id, username=app.bot.username or "")
+        await app.bot.set_my_commands([BotCommand(n, d) for n, d in self._commands])
+        if self._webhook_url:
+            await app.bot.set_webhook(
+                self._webhook_url,
+                secret_token=self._webhook_secret,
+                allowed_updates=ALLOWED_UPDATES,
+            )
+        elif app.updater is not None:
+            await app.updater.start_polling(
+                timeout=dtm.timedelta(seconds=self._poll_timeout),
+                allowed_updates=ALLOWED_UPDATES,
+            )
+        await app.start()
+        log.info("telegram: @%s started (%s)", self._me.username, self.mode)
+
+    async def stop(self) -> None:
+        app, self._app = self._app, None
+        if app is None:
+            return
+        if app.updater is not None and app.updater.running:
+            await app.updater.stop()  # confirms the last offset (see module docstring)
+        if app.running:
+            await app.stop()
+        await app.shutdown()
+
+    @property
+    def mode(self) -> str:
+        return "webhook" if self._webhook_url else "polling"
+
+    def http_routes(self) -> list[web.RouteDef]:
+        """The webhook route for the gateway's HTTP server (none in polling mode)."""
+        if not self._webhook_url:
+            return []
+        path = urlparse(self._webhook_url).path or "/telegram/webhook"
+        return [web.post(path, self._on_webhook)]
+
+    # -- ingress ---------------------------------------------------------------------------
+    async def _on_update(self, update: Update, _: ContextTypes.DEFAULT_TYPE) -> None:
+        await self._deliver(update.to_dict())
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.error("telegram: handling an update failed", exc_info=context.error)
+
+    async def _on_webhook(self, request: web.Request) -> web.Response:
+        given = request.headers.get(SECRET_HEADER, "")
+        expected = self._webhook_secret or ""
+        if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+            return web.Response(status=403, text="forbidden")
+        try:
+            data = json.loads(await request.text())
+        except ValueError:
+            return web.Response(status=400, text="malformed update")
+        if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
+            return web.Response(status=400, text="malformed update")
+        if self._me is None or self._sink is None:
+            return web.Response(status=503, text="not started")
+        await self._deliver(data)  # an exception here is a 500: Telegram redelivers
+        return web.Response(status=200)
+
+    async def _deliver(self, data: dict[str, Any]) -> None:
+        inbound = to_inbound(data, me=self.me, commands=[n for n, _ in self._commands])
+        if inbound is not None and self._sink is not None:
+            await self._sink(inbound)
+
+    # -- egress ----------------------------------------------------------------------------
+    async def send(self, message: Outbound) -> list[str]:
+        chat_id, topic = _destination(message.thread)
+        parts = render_parts(message.text, splitter=self._splitter)
+        key = message.idempotency_key
+        ids = list(self._sent.get(key, [])) if key else []
+        for part in parts[len(ids) :]:
+            ids.append(await self._post(chat_id, topic, part))
+            if key:
+                self._remember(key, ids)
+        return ids
+
+    async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
+        chat_id, _ = _destination(thread)
+        parts = render_parts(text, splitter=self._splitter)
+        if not parts:
+            return
+        bot = self._bot()
+
+        async def attempt(part_text: str, mode: str | None) -> object:
+            return await bot.edit_message_text(
+                part_text, chat_id=chat_id, message_id=int(message_id), parse_mode=mode,
+                link_preview_options=_NO_PREVIEW,
+            )  # fmt: skip
+
+        try:
+            await _plain_fallback(attempt, parts[0])  # status lines: the first part is enough
+        except TelegramError as err:
+            if isinstance(err, BadRequest) and "not modified" in err.message.lower():
+                return
+            raise _delivery_error(err) from err
+
+    async def typing(self, thread: ThreadRef) -> None:
+        """Best effort: a failed typing indicator is logged, never raised."""
+        chat_id, topic = _destination(thread)
+        try:
+            await self._bot().send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic)
+        except TelegramError as err:
+            log.warning("telegram: typing indicator failed: %s", err)
+
+    async def _post(self, chat_id: int, topic: int | None, part: Part) -> str:
+        bot = self._bot()
+
+        async def attempt(text: str, mode: str | None) -> Any:
+            return await bot.send_message(
+                chat_id, text, parse_mode=mode, message_thread_id=topic,
+                link_preview_options=_NO_PREVIEW,
+            )  # fmt: skip
+
+        try:
+            sent = await _plain_fallback(attempt, part)
+        except TelegramError as err:
+            raise _delivery_error(err) from err
+        return str(sent.message_id)
+
+    def _remember(self, key: str, ids: list[str]) -> None:
+        self._sent[key] = list(ids)
+        self._sent.move_to_end(key)
+        while len(self._sent) > _REMEMBERED_SENDS:
+            self._sent.popitem(last=False)
+
+    def _bot(self) -> Any:
+        if self._app is None:
+            raise DeliveryError("telegram channel is not started")
+        return self._app.bot
+
+
+async def _plain_fallback(attempt: Callable[[str, str | None], Awaitable[T]], part: Part) -> T:
+    """Send as HTML; if Telegram cannot parse it, send the markdown source as plain text."""
+    try:
+        return await attempt(part.html, ParseMode.HTML)
+    except BadRequest as err:
+        if "can't parse entities" not in err.message.lower():
+            raise
+        log.warning("telegram: HTML rejected (%s); sending as plain text", err.message)
+        return await attempt(part.source, None)
+
+
+def _destination(thread: ThreadRef) -> tuple[int, int | None]:
+    try:
+        return destination(thread)
+    except ValueError as err:
+        raise DeliveryError(f"not a Telegram thread: {thread}", permanent=True) from err
+
+
+def _delivery_error(err: TelegramError) -> DeliveryError:
+    if isinstance(err, RetryAfter):
+        wait: Any = err.retry_after
+        seconds = wait.total_seconds() if isinstance(wait, dtm.timedelta) else float(wait)
+        return DeliveryError(f"telegram flood control: {err}", retry_after=seconds)
+    permanent = isinstance(err, BadRequest | Forbidden | InvalidToken | ChatMigrated)
+    return DeliveryError(f"telegram: {type(err).__name__}: {err}", permanent=permanent)

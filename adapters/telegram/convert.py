@@ -1,0 +1,220 @@
+"""Telegram updates -> :class:`~bot.types.Inbound`, and thread refs -> send destinations.
+
+Pure functions over the Bot API's JSON (as received by a webhook or from PTB's
+``Update.to_dict()``); no I/O. Mapping (DESIGN §3):
+
+* ``ThreadRef.account`` is the bot's id, ``chat`` the chat id, ``thread`` the forum topic's
+  ``message_thread_id`` (only when ``is_topic_message``; ``None`` for the General topic,
+  non-forum groups, where ``message_thread_id`` marks reply chains, and plain DMs).
+* ``mentioned``: an ``@BotName`` mention (stripped from the text), a reply to one of the
+  bot's messages, a command addressed to the bot (``/cmd@BotName``, or one of our commands
+  without ``@``), and every DM. ``/cmd@OtherBot`` is for another bot: dropped.
+* Channel posts, service messages (topic created, members joined, ...) and anything that
+  fails validation are dropped (``None``); conversion never raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bot.types import Inbound, Platform, Sender, ThreadRef
+
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("subagents", "List, inspect and steer this conversation's subagent runs"),
+    ("stop", "Stop the running turn and every unfinished subagent here"),
+    ("help", "How to talk to the bot"),
+)
+"""Registered with ``setMyCommands``; unaddressed ``/cmd`` counts as addressed only for these."""
+
+COMMAND_NAMES = tuple(name for name, _ in COMMANDS)
+GENERAL_TOPIC = 1
+_SPACE = " ".encode("utf-16-le")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BotIdentity:
+    """Who the bot is (from ``getMe``)."""
+
+    id: int
+    username: str
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _User(_Model):
+    id: int
+    is_bot: bool = False
+    first_name: str = ""
+    last_name: str | None = None
+    username: str | None = None
+
+
+class _Chat(_Model):
+    id: int
+    type: str
+    title: str | None = None
+    is_forum: bool = False
+
+
+class _Entity(_Model):
+    type: str
+    offset: int = Field(ge=0)
+    length: int = Field(ge=0)
+    user: _User | None = None
+
+
+class _Replied(_Model):
+    message_id: int
+    from_: _User | None = Field(None, alias="from")
+    forum_topic_created: dict[str, Any] | None = None
+
+
+class _Message(_Model):
+    message_id: int
+    chat: _Chat
+    from_: _User | None = Field(None, alias="from")
+    sender_chat: _Chat | None = None
+    text: str | None = None
+    entities: list[_Entity] = Field(default_factory=list)
+    caption: str | None = None
+    caption_entities: list[_Entity] = Field(default_factory=list)
+    message_thread_id: int | None = None
+    is_topic_message: bool = False
+    is_automatic_forward: bool = False
+    reply_to_message: _Replied | None = None
+    edit_date: int | None = None
+
+
+class _Update(_Model):
+    update_id: int
+    message: _Message | None = None
+    edited_message: _Message | None = None
+
+
+def to_inbound(
+    update: Mapping[str, Any],
+    *,
+    me: BotIdentity,
+    commands: Collection[str] = COMMAND_NAMES,
+) -> Inbound | None:
+    """Convert one update; ``None`` when it is not a conversation message for us."""
+    try:
+        parsed = _Update.model_validate(update)
+    except ValidationError:
+        return None
+    msg = parsed.message or parsed.edited_message
+    if msg is None or msg.chat.type == "channel" or msg.is_automatic_forward:
+        return None
+    text, entities = (msg.text, msg.entities) if msg.text is not None else (
+        msg.caption, msg.caption_entities
+    )  # fmt: skip
+    sender = _sender(msg, me)
+    if text is None or sender is None:
+        return None
+    try:
+        stripped = _address(text, entities, me, commands)
+    except UnicodeDecodeError:  # entity offsets that split a surrogate pair: malformed
+        return None
+    if stripped is None:
+        return None
+    body, addressed = stripped
+    is_dm = msg.chat.type == "private"
+    return Inbound(
+        thread=thread_of(msg.chat.id, _topic(msg), me=me),
+        sender=sender,
+        text=body,
+        message_id=str(msg.message_id),
+        mentioned=addressed or is_dm or _replies_to_me(msg, me),
+        is_dm=is_dm,
+        is_edit=parsed.message is None,
+        event_id=f"{msg.chat.id}:{msg.message_id}"
+        + (f":edit:{msg.edit_date or 0}" if parsed.message is None else ""),
+    )
+
+
+def thread_of(chat_id: int, topic: int | None, *, me: BotIdentity) -> ThreadRef:
+    """The :class:`ThreadRef` of a chat (and forum topic) as this bot sees it."""
+    return ThreadRef(
+        platform=Platform.TELEGRAM.value,
+        account=str(me.id),
+        chat=str(chat_id),
+        thread=None if topic in (None, GENERAL_TOPIC) else str(topic),
+    )
+
+
+def destination(thread: ThreadRef) -> tuple[int, int | None]:
+    """``(chat_id, message_thread_id)`` for sending into ``thread``.
+
+    The General topic gets no thread id: Telegram rejects ``message_thread_id=1`` with
+    "message thread not found".
+
+    Raises:
+        ValueError: The ref does not hold Telegram ids.
+    """
+    topic = int(thread.thread) if thread.thread else None
+    return int(thread.chat), None if topic == GENERAL_TOPIC else topic
+
+
+def _topic(msg: _Message) -> int | None:
+    return msg.message_thread_id if msg.is_topic_message else None
+
+
+def _sender(msg: _Message, me: BotIdentity) -> Sender | None:
+    if msg.sender_chat is not None:  # anonymous admin or a channel speaking in the group
+        chat = msg.sender_chat
+        return Sender(user_id=str(chat.id), display_name=chat.title or "", is_bot=False)
+    user = msg.from_
+    if user is None:
+        return None
+    name = " ".join(p for p in (user.first_name, user.last_name) if p) or user.username or ""
+    return Sender(
+        user_id=str(user.id), display_name=name, is_bot=user.is_bot, is_self=user.id == me.id
+    )
+
+
+def _replies_to_me(msg: _Message, me: BotIdentity) -> bool:
+    replied = msg.reply_to_message
+    if replied is None or replied.from_ is None or replied.from_.id != me.id:
+        return False
+    # In a forum every topic message "replies" to the topic's creation message; a topic the
+    # bot created would otherwise make every message in it count as addressed.
+    is_topic_root = msg.is_topic_message and replied.message_id == msg.message_thread_id
+    return replied.forum_topic_created is None and not is_topic_root
+
+
+def _address(
+    text: str, entities: list[_Entity], me: BotIdentity, commands: Collection[str]
+) -> tuple[str, bool] | None:
+    """Strip mentions of the bot and normalize a leading command; ``None`` = not for us."""
+    units = text.encode("utf-16-le")
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in UTF-16 units
+    addressed = False
+    for ent in entities:
+        start, end = ent.offset, ent.offset + ent.length
+        piece = units[2 * start : 2 * end].decode("utf-16-le")
+        if _is_me(ent, piece, me):
+            edits.append((start, end, ""))
+            addressed = True
+        elif ent.type == "bot_command" and start == 0:
+            name, _, target = piece[1:].partition("@")
+            if target and target.lower() != me.username.lower():
+                return None
+            addressed = addressed or bool(target) or name.lower() in commands
+            edits.append((start, end, f"/{name.lower()}"))
+    for start, end, replacement in sorted(edits, reverse=True):
+        if not replacement and units[2 * end : 2 * end + 2] == _SPACE:
+            end += 1  # swallow one space after a removed mention
+        units = units[: 2 * start] + replacement.encode("utf-16-le") + units[2 * end :]
+    return units.decode("utf-16-le").strip(), addressed
+
+
+def _is_me(ent: _Entity, piece: str, me: BotIdentity) -> bool:
+    if ent.type == "mention":
+        return bool(me.username) and piece[1:].lower() == me.username.lower()
+    return ent.type == "text_mention" and ent.user is not None and ent.user.id == me.id

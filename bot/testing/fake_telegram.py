@@ -1,0 +1,481 @@
+"""A protocol-level fake of the Telegram Bot API, reached by real clients over HTTP.
+
+:class:`FakeTelegram` serves ``/bot<token>/<method>`` on a free loopback port and speaks the
+wire protocol (form, multipart or JSON parameters in; ``{"ok": ..., "result": ...}`` out) so
+an unmodified SDK such as python-telegram-bot works against it through its ``base_url``::
+
+    async with FakeTelegram() as tg:
+        bot = telegram.Bot(tg.token, base_url=tg.api_url)
+        tg.push(tg.message(chat=forum(-100), text="hi", thread_id=5))
+        ...
+        assert tg.messages[0].message_thread_id == 5
+
+Modelled: ``getMe``, ``getUpdates`` long polling (an ``offset`` confirms and drops older
+updates; a newer poll ends an older one with 409), webhook delivery with the secret-token
+header once ``setWebhook`` was called, ``sendMessage``/``editMessageText`` with Telegram's
+checks (unknown chat or topic, ``message_thread_id`` 1, HTML parse errors, 4096 UTF-16
+units), ``sendChatAction``, ``setMyCommands``/``getMyCommands``, ``deleteWebhook``,
+``getWebhookInfo``. :meth:`FakeTelegram.inject` makes the next calls fail (429 with
+``retry_after``, 5xx, any 400). Every call is recorded in :attr:`FakeTelegram.calls`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from aiohttp import ClientSession, web
+
+from bot.testing.netutil import LOOPBACK, bind_loopback
+from bot.testing.telegram_html import HtmlParseError, utf16_len, visible_text
+from bot.testing.telegram_objects import detect_entities, forum, group, private, user
+
+__all__ = [
+    "ApiCall",
+    "FakeTelegram",
+    "SentMessage",
+    "forum",
+    "group",
+    "private",
+    "user",
+]
+
+MAX_TEXT = 4096
+_INT_FIELDS = frozenset(
+    {"chat_id", "message_thread_id", "message_id", "offset", "limit", "timeout"}
+)
+_JSON_FIELDS = frozenset(
+    {"entities", "commands", "allowed_updates", "reply_markup", "reply_parameters"}
+    | {"link_preview_options", "scope", "drop_pending_updates", "disable_notification"}
+)
+_ACTIONS = frozenset({"typing", "upload_photo", "record_video", "upload_document"})
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
+        super().__init__(description)
+        self.status, self.description, self.retry_after = status, description, retry_after
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiCall:
+    """One request the client made: method name and decoded parameters."""
+
+    method: str
+    params: dict[str, Any]
+
+
+@dataclass(kw_only=True)
+class SentMessage:
+    """A message the bot posted, as Telegram stored it (``text`` is what readers see)."""
+
+    message_id: int
+    chat_id: int
+    message_thread_id: int | None
+    text: str
+    raw_text: str
+    parse_mode: str | None
+    edits: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class _Injection:
+    status: int
+    description: str
+    retry_after: int | None
+    times: int
+    after: int
+
+
+class FakeTelegram:
+    """The fake Bot API server; use as ``async with FakeTelegram() as tg``.
+
+    Args:
+        token: The bot token clients must put in the URL.
+        bot_id: The bot's user id (also the token's numeric prefix in real tokens).
+        username: The bot's @username, without the ``@``.
+    """
+
+    def __init__(
+        self, *, token: str = "4242:FAKE-token", bot_id: int = 4242, username: str = "fanbot_bot"
+    ) -> None:
+        self.token, self.bot_id, self.username = token, bot_id, username
+        self.me: dict[str, Any] = {
+            "id": bot_id, "is_bot": True, "first_name": "fanbot", "username": username,
+            "can_join_groups": True, "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+        }  # fmt: skip
+        self.calls: list[ApiCall] = []
+        self.messages: list[SentMessage] = []
+        self.commands: list[dict[str, Any]] = []
+        self.webhook_url = ""
+        self.webhook_secret: str | None = None
+        self.webhook_deliveries: list[tuple[int, int]] = []
+        self._pending: list[dict[str, Any]] = []
+        self._chats: dict[int, dict[str, Any]] = {}
+        self._topics: dict[int, set[int]] = {}
+        self._injections: dict[str, list[_Injection]] = {}
+        self._ids = itertools.count(1)
+        self._update_ids = itertools.count(1000)
+        self._wakeup = asyncio.Event()
+        self._poll_generation = 0
+        self._closing = False
+        self._runner: web.AppRunner | None = None
+        self._client: ClientSession | None = None
+        self._delivery: asyncio.Task[None] | None = None
+        self.base_url = ""
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        sock = bind_loopback()
+        await web.SockSite(self._runner, sock).start()
+        self.base_url = f"http://{LOOPBACK}:{sock.getsockname()[1]}"
+        self._client = ClientSession()
+
+    async def stop(self) -> None:
+        self._closing = True
+        self._wakeup.set()
+        if self._delivery is not None:
+            self._delivery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._delivery
+        if self._client is not None:
+            await self._client.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> FakeTelegram:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        await self.stop()
+
+    @property
+    def api_url(self) -> str:
+        """Value for the SDK's ``base_url`` (the SDK appends the token)."""
+        return f"{self.base_url}/bot"
+
+    @property
+    def file_url(self) -> str:
+        """Value for the SDK's ``base_file_url``."""
+        return f"{self.base_url}/file/bot"
+
+    # -- test-side controls ----------------------------------------------------------------
+    def message(
+        self, *, chat: dict[str, Any], text: str, sender: dict[str, Any] | None = None,
+        thread_id: int | None = None, reply_to: dict[str, Any] | None = None,
+        edited: bool = False, **extra: Any,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Build an update carrying a text message, with entities as Telegram detects them.
+
+        ``thread_id`` in a forum chat makes it a topic message (``is_topic_message``);
+        ``reply_to`` is the replied-to message object (e.g. one from :attr:`messages` via
+        :meth:`as_message`).
+        """
+        msg: dict[str, Any] = {
+            "message_id": next(self._ids), "date": int(time.time()), "chat": chat,
+            "from": sender or user(1001, "Ann", username="ann"), "text": text,
+        }  # fmt: skip
+        if thread_id is not None:
+            msg["message_thread_id"] = thread_id
+            msg["is_topic_message"] = bool(chat.get("is_forum"))
+        if reply_to is not None:
+            msg["reply_to_message"] = reply_to
+        if entities := detect_entities(text):
+            msg["entities"] = entities
+        if edited:
+            msg["edit_date"] = int(time.time())
+        msg.update(extra)
+        return {"edited_message" if edited else "message": msg}
+
+    def as_message(self, sent: SentMessage) -> dict[str, Any]:
+        """The Telegram ``Message`` object of a message the bot sent (for ``reply_to``)."""
+        return self._message_json(sent)
+
+    def push(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Queue an update for the bot (getUpdates or webhook); assigns ``update_id``."""
+        update.setdefault("update_id", next(self._update_ids))
+        for value in update.values():
+            if isinstance(value, dict) and isinstance(value.get("chat"), dict):
+                self._register(value)
+        self._pending.append(update)
+        self._wakeup.set()
+        self._kick_delivery()
+        return update
+
+    def add_chat(self, chat: dict[str, Any]) -> None:
+        """Make ``chat`` known (as if the bot had been added to it)."""
+        self._chats[int(chat["id"])] = chat
+
+    def add_topic(self, chat: dict[str, Any], thread_id: int) -> None:
+        """Make ``thread_id`` a known topic of ``chat`` (as if created in the app)."""
+        self._chats[int(chat["id"])] = chat
+        self._topics.setdefault(int(chat["id"]), set()).add(thread_id)
+
+    def inject(
+        self, method: str, *, status: int = 429, description: str | None = None,
+        retry_after: int | None = None, times: int = 1, after: int = 0,
+    ) -> None:  # fmt: skip
+        """Make ``times`` calls of ``method`` fail with ``status``, after ``after`` succeed.
+
+        A 429 carries ``parameters.retry_after`` (default 1) like Telegram's flood control.
+        """
+        if status == 429 and retry_after is None:
+            retry_after = 1
+        text = description or (
+            f"Too Many Requests: retry after {retry_after}"
+            if status == 429
+            else "Internal Server Error"
+        )
+        entry = _Injection(
+            status=status, description=text, retry_after=retry_after, times=times, after=after
+        )
+        self._injections.setdefault(method, []).append(entry)
+
+    def calls_to(self, method: str) -> list[ApiCall]:
+        """The recorded calls of one method, oldest first."""
+        return [call for call in self.calls if call.method == method]
+
+    @property
+    def pending_updates(self) -> list[dict[str, Any]]:
+        """Updates not yet confirmed by the bot."""
+        return list(self._pending)
+
+    # -- HTTP ------------------------------------------------------------------------------
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return _reply(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
+        method = request.match_info["method"]
+        params = _decode(dict(request.query) | await _body(request))
+        self.calls.append(ApiCall(method=method, params=params))
+        handler = getattr(self, f"_api_{method}", None)
+        if handler is None:
+            return _reply(404, {"ok": False, "error_code": 404, "description": "Not Found"})
+        try:
+            self._injected(method)
+            result = await handler(params)
+        except _ApiError as err:
+            payload: dict[str, Any] = {
+                "ok": False, "error_code": err.status, "description": err.description,
+            }  # fmt: skip
+            if err.retry_after is not None:
+                payload["parameters"] = {"retry_after": err.retry_after}
+            return _reply(err.status, payload)
+        return _reply(200, {"ok": True, "result": result})
+
+    def _injected(self, method: str) -> None:
+        queue = self._injections.get(method)
+        if not queue:
+            return
+        head = queue[0]
+        if head.after > 0:
+            head.after -= 1
+            return
+        head.times -= 1
+        if head.times <= 0:
+            queue.pop(0)
+        raise _ApiError(head.status, head.description, head.retry_after)
+
+    # -- methods ---------------------------------------------------------------------------
+    async def _api_getMe(self, params: dict[str, Any]) -> Any:
+        return self.me
+
+    async def _api_getUpdates(self, params: dict[str, Any]) -> Any:
+        if self.webhook_url:
+            raise _ApiError(409, "Conflict: can't use getUpdates method while webhook is "
+                            "active; use deleteWebhook to delete the webhook first")  # fmt: skip
+        offset, limit = params.get("offset", 0), params.get("limit", 100) or 100
+        if offset > 0:
+            self._pending = [u for u in self._pending if u["update_id"] >= offset]
+        self._poll_generation += 1
+        mine = self._poll_generation
+        self._wakeup.set()  # ends an older poll, which then sees it was superseded
+        await asyncio.sleep(0)
+        self._wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            if not self._pending and not self._closing:
+                await asyncio.wait_for(self._wakeup.wait(), params.get("timeout", 0) or 0)
+        if mine != self._poll_generation:
+            raise _ApiError(409, "Conflict: terminated by other getUpdates request; make sure "
+                            "that only one bot instance is running")  # fmt: skip
+        return self._pending[:limit]
+
+    async def _api_sendMessage(self, params: dict[str, Any]) -> Any:
+        chat_id, thread_id = self._destination(params)
+        raw, mode = str(params.get("text", "")), params.get("parse_mode")
+        text = _parse(raw, mode)
+        if not text.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if utf16_len(text) > MAX_TEXT:
+            raise _ApiError(400, "Bad Request: message is too long")
+        sent = SentMessage(
+            message_id=next(self._ids), chat_id=chat_id, message_thread_id=thread_id,
+            text=text, raw_text=raw, parse_mode=mode,
+        )  # fmt: skip
+        self.messages.append(sent)
+        return self._message_json(sent)
+
+    async def _api_editMessageText(self, params: dict[str, Any]) -> Any:
+        chat_id, message_id = params.get("chat_id"), params.get("message_id")
+        sent = next(
+            (m for m in self.messages if (m.chat_id, m.message_id) == (chat_id, message_id)),
+            None,
+        )
+        if sent is None:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        raw, mode = str(params.get("text", "")), params.get("parse_mode")
+        text = _parse(raw, mode)
+        if not text.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if utf16_len(text) > MAX_TEXT:
+            raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
+        if text == sent.text:
+            raise _ApiError(400, "Bad Request: message is not modified: specified new message "
+                            "content and reply markup are exactly the same as a current content "
+                            "and reply markup of the message")  # fmt: skip
+        sent.edits.append(text)
+        sent.text, sent.raw_text, sent.parse_mode = text, raw, mode
+        return self._message_json(sent)
+
+    async def _api_sendChatAction(self, params: dict[str, Any]) -> Any:
+        self._destination(params)
+        if params.get("action") not in _ACTIONS:
+            raise _ApiError(400, "Bad Request: wrong parameter action in request")
+        return True
+
+    async def _api_setMyCommands(self, params: dict[str, Any]) -> Any:
+        self.commands = list(params.get("commands") or [])
+        return True
+
+    async def _api_getMyCommands(self, params: dict[str, Any]) -> Any:
+        return self.commands
+
+    async def _api_deleteWebhook(self, params: dict[str, Any]) -> Any:
+        self.webhook_url, self.webhook_secret = "", None
+        if params.get("drop_pending_updates"):
+            self._pending.clear()
+        return True
+
+    async def _api_setWebhook(self, params: dict[str, Any]) -> Any:
+        secret = params.get("secret_token")
+        if secret is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", secret):
+            raise _ApiError(400, "Bad Request: secret token contains unallowed characters")
+        self.webhook_url, self.webhook_secret = str(params.get("url", "")), secret
+        if params.get("drop_pending_updates"):
+            self._pending.clear()
+        self._kick_delivery()
+        return True
+
+    async def _api_getWebhookInfo(self, params: dict[str, Any]) -> Any:
+        return {
+            "url": self.webhook_url, "has_custom_certificate": False,
+            "pending_update_count": len(self._pending),
+        }  # fmt: skip
+
+    # -- internals -------------------------------------------------------------------------
+    def _destination(self, params: dict[str, Any]) -> tuple[int, int | None]:
+        chat_id, thread_id = params.get("chat_id"), params.get("message_thread_id")
+        if not isinstance(chat_id, int) or chat_id not in self._chats:
+            raise _ApiError(400, "Bad Request: chat not found")
+        if thread_id is not None and thread_id not in self._topics.get(chat_id, set()):
+            # The General topic (id 1) included: Telegram wants no thread id for it.
+            raise _ApiError(400, "Bad Request: message thread not found")
+        return chat_id, thread_id
+
+    def _register(self, msg: dict[str, Any]) -> None:
+        chat = msg["chat"]
+        self._chats[int(chat["id"])] = chat
+        thread = msg.get("message_thread_id")
+        if msg.get("is_topic_message") and isinstance(thread, int) and thread != 1:
+            self._topics.setdefault(int(chat["id"]), set()).add(thread)
+
+    def _message_json(self, sent: SentMessage) -> dict[str, Any]:
+        chat = self._chats.get(sent.chat_id, {"id": sent.chat_id, "type": "private"})
+        msg: dict[str, Any] = {
+            "message_id": sent.message_id, "date": int(time.time()), "chat": chat,
+            "from": self.me, "text": sent.text,
+        }  # fmt: skip
+        if sent.message_thread_id is not None:
+            msg["message_thread_id"] = sent.message_thread_id
+            msg["is_topic_message"] = bool(chat.get("is_forum"))
+        return msg
+
+    def _kick_delivery(self) -> None:
+        idle = self._delivery is None or self._delivery.done()
+        if self.webhook_url and self._pending and self._client is not None and idle:
+            self._delivery = asyncio.get_running_loop().create_task(self._deliver())
+
+    async def _deliver(self) -> None:
+        """POST pending updates to the webhook in order; keep each until it gets a 2xx."""
+        assert self._client is not None
+        while self.webhook_url and self._pending and not self._closing:
+            update = self._pending[0]
+            headers = {}
+            if self.webhook_secret:
+                headers["X-Telegram-Bot-Api-Secret-Token"] = self.webhook_secret
+            try:
+                async with self._client.post(self.webhook_url, json=update, headers=headers) as r:
+                    status = r.status
+            except OSError:
+                status = 0
+            self.webhook_deliveries.append((update["update_id"], status))
+            if 200 <= status < 300:
+                if self._pending and self._pending[0] is update:
+                    self._pending.pop(0)
+            else:
+                await asyncio.sleep(0.05)
+
+
+def _parse(raw: str, mode: Any) -> str:
+    if mode is None:
+        return raw
+    if str(mode).upper() != "HTML":
+        raise _ApiError(400, "Bad Request: unsupported parse_mode")
+    try:
+        return visible_text(raw)
+    except HtmlParseError as err:
+        raise _ApiError(400, f"Bad Request: can't parse entities: {err}") from None
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    if request.content_type == "application/json":
+        data = await request.json()
+        return {k: v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
+    form = await request.post()
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+def _decode(raw: dict[str, str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for key, value in raw.items():
+        try:
+            if key in _INT_FIELDS:
+                params[key] = int(value)
+            elif key in _JSON_FIELDS:
+                params[key] = json.loads(value)
+            else:
+                params[key] = value
+        except ValueError:
+            params[key] = value
+    return params
+
+
+def _reply(status: int, payload: dict[str, Any]) -> web.Response:
+    return web.json_response(payload, status=status)

@@ -80,6 +80,8 @@ class RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if len(str(self.socket_path)) > _MAX_SOCKET_PATH:
             raise ConfigError(f"state directory path too long for a unix socket: {self.data_dir}")
+        if self.ping():  # a server left behind by a killed process: shut it down cleanly
+            self._shutdown_stale()
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         self.process = subprocess.Popen(
@@ -100,6 +102,15 @@ class RedisServer:
         tail = log.read_text()[-500:] if log.is_file() else ""
         self.stop()
         raise RedisUnavailable(f"redis-server did not start in {self.data_dir}: {tail}")
+
+    def _shutdown_stale(self) -> None:
+        client = redis.Redis(unix_socket_path=str(self.socket_path), socket_timeout=5)
+        with contextlib.suppress(redis.RedisError, OSError):
+            client.shutdown()
+        client.close()
+        deadline = time.monotonic() + 10
+        while self.ping() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def ping(self) -> bool:
         try:

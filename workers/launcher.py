@@ -49,7 +49,12 @@ def _spawn(queues: Sequence[str]) -> subprocess.Popen[bytes]:
 
 
 def run_pool(
-    settings: Settings, *, count: int, queues: Sequence[str], maintenance: bool = True
+    settings: Settings,
+    *,
+    count: int,
+    queues: Sequence[str],
+    maintenance: bool = True,
+    parent_pid: int | None = None,
 ) -> int:
     """Supervise ``count`` workers (and the maintenance sweep) until SIGTERM/SIGINT."""
     stopping = threading.Event()
@@ -64,6 +69,9 @@ def run_pool(
     children = [_spawn(queues) for _ in range(count)]
     log.info("started %d worker(s) on %s (pids %s)", count, queues, [c.pid for c in children])
     while not stopping.wait(0.5):
+        if parent_pid is not None and os.getppid() != parent_pid:
+            log.warning("parent process %s is gone; shutting down", parent_pid)
+            break
         for i, child in enumerate(children):
             if child.poll() is not None:
                 log.warning("worker pid %s exited with %s; restarting", child.pid, child.returncode)
@@ -95,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--single", action="store_true", help="run one worker in-process")
     parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     parser.add_argument("--no-maintenance", action="store_true")
+    parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     args = parser.parse_args(argv)
     settings = load_settings()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
@@ -103,5 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_single(settings, queues, burst=args.burst)
         return 0
     return run_pool(
-        settings, count=max(1, args.count), queues=queues, maintenance=not args.no_maintenance
+        settings,
+        count=max(1, args.count),
+        queues=queues,
+        maintenance=not args.no_maintenance,
+        parent_pid=args.parent_pid,
     )

@@ -1,0 +1,206 @@
+"""An end-to-end harness: the real gateway in-process plus forked ``fanbot worker`` processes.
+
+Use it to test a bot the way it runs in production: real Redis (give it a URL, e.g. from
+:class:`bot.redis_server.RedisServer`), real RQ workers in other processes, and the fakes
+in :mod:`bot.testing` standing in for the model and the platforms::
+
+    values = {"redis_url": url, "openai": {"base_url": fake.base_url}}
+    async with Stack(values=values, adapters=[channel], workers=2) as stack:
+        await channel.say("hello")
+        await stack.wait_for(lambda: len(channel.sent) >= 2)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bot.commands.router import CommandRouter
+from bot.config import Settings
+from bot.gateway.runtime import Gateway
+from bot.ports import ChannelAdapter
+
+_SCRUB = ("FANBOT_", "OPENAI_")
+
+
+def settings_env(values: Mapping[str, Any]) -> dict[str, str]:
+    """``{"subagents": {"max_concurrent": 2}}`` -> ``{"FANBOT_SUBAGENTS": '{"max_concurrent": 2}'}``."""
+    env = {}
+    for key, value in values.items():
+        env[f"FANBOT_{key.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+    return env
+
+
+def hermetic_env(values: Mapping[str, Any]) -> dict[str, str]:
+    """This process's environment without any FANBOT_/OPENAI_ variables, plus ``values``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB)}
+    env["FANBOT_CONFIG"] = os.devnull + ".fanbot.toml"  # never pick up a developer's file
+    env.update(settings_env(values))
+    return env
+
+
+class WorkerPool:
+    """``python -m workers`` launcher processes (each supervising ``count`` RQ workers).
+
+    Args:
+        env: Full environment for the processes (see :func:`hermetic_env`).
+        count: RQ worker processes per launcher.
+        log_path: Where their output goes.
+        cwd: Working directory (import root for plug-in tools).
+    """
+
+    def __init__(
+        self, *, env: Mapping[str, str], count: int = 2, log_path: Path, cwd: Path | None = None
+    ) -> None:
+        self.env = dict(env)
+        self.count = count
+        self.log_path = log_path
+        self.cwd = cwd
+        self.launcher: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, maintenance: bool = True) -> WorkerPool:
+        cmd = [sys.executable, "-m", "workers", "--count", str(self.count)]
+        cmd += ["--parent-pid", str(os.getpid())]
+        if not maintenance:
+            cmd.append("--no-maintenance")
+        with self.log_path.open("ab") as log:
+            self.launcher = subprocess.Popen(
+                cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
+            )
+        return self
+
+    def worker_pids(self) -> list[int]:
+        """PIDs of the RQ worker processes (children of the launcher)."""
+        import psutil
+
+        if self.launcher is None:
+            return []
+        try:
+            return [c.pid for c in psutil.Process(self.launcher.pid).children()]
+        except psutil.NoSuchProcess:
+            return []
+
+    def horse_pids(self) -> list[int]:
+        """PIDs of the work horses (one per job being executed)."""
+        import psutil
+
+        pids = []
+        for pid in self.worker_pids():
+            try:
+                pids += [c.pid for c in psutil.Process(pid).children()]
+            except psutil.NoSuchProcess:
+                continue
+        return pids
+
+    def kill_all(self) -> None:
+        """SIGKILL the launcher, its workers and their horses (a host dying)."""
+        victims = self.horse_pids() + self.worker_pids()
+        if self.launcher is not None:
+            victims.append(self.launcher.pid)
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+        if self.launcher is not None:
+            self.launcher.wait()
+            self.launcher = None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        proc, self.launcher = self.launcher, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Stack:
+    """Gateway + workers against one Redis; an async context manager.
+
+    Args:
+        values: Settings as a nested mapping (``redis_url`` required); the gateway gets
+            ``Settings(**values)``, the workers the same values through their environment.
+        adapters: Channels for the gateway.
+        workers: RQ worker processes to fork (0 to start none).
+        router: Command router for the gateway.
+        log_dir: Where worker logs go (a temp dir by default).
+    """
+
+    def __init__(
+        self,
+        *,
+        values: Mapping[str, Any],
+        adapters: Sequence[ChannelAdapter],
+        workers: int = 2,
+        router: CommandRouter | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.values = dict(values)
+        self.settings = Settings(**self.values)
+        self.adapters = list(adapters)
+        self.router = router
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-stack-"))
+        self.pool = WorkerPool(
+            env=hermetic_env(self.values),
+            count=workers,
+            log_path=self.log_dir / "workers.log",
+            cwd=Path.cwd(),
+        )
+        self.workers = workers
+        self.gateway: Gateway | None = None
+
+    async def start_gateway(self) -> Gateway:
+        self.gateway = Gateway(settings=self.settings, adapters=self.adapters, router=self.router)
+        await self.gateway.start()
+        return self.gateway
+
+    async def stop_gateway(self) -> None:
+        if self.gateway is not None:
+            await self.gateway.stop()
+            self.gateway = None
+
+    async def __aenter__(self) -> Stack:
+        if self.workers:
+            self.pool.start()
+        await self.start_gateway()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.stop_gateway()
+        await asyncio.to_thread(self.pool.stop)
+
+    def worker_log(self) -> str:
+        path = self.pool.log_path
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    @staticmethod
+    async def wait_for(
+        condition: Callable[[], bool | Awaitable[bool]],
+        *,
+        timeout: float = 30.0,
+        every: float = 0.05,
+    ) -> None:
+        """Poll ``condition`` until true; raise ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = condition()
+            if isinstance(result, Awaitable):
+                result = await result
+            if result:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout}s")
+            await asyncio.sleep(every)

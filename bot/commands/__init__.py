@@ -1,1 +1,10 @@
 """Chat commands: parsing (pure) and the router that answers them."""
+
+from __future__ import annotations
+
+from bot.commands.router import CommandRouter
+
+
+def default_router() -> CommandRouter:
+    """The router the gateway uses: ``/help`` plus every command module's handlers."""
+    return CommandRouter()

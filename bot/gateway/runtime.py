@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from rq.rate_limit import RateLimitRegistry
 
+from bot.commands import default_router
 from bot.commands.router import CommandRouter
 from bot.config import Settings
 from bot.deps import Deps
@@ -50,7 +51,7 @@ class Gateway:
         self.settings = settings
         self.deps = deps or Deps.build(settings)
         self.adapters = {a.platform: a for a in adapters}
-        self.ingress = Ingress(deps=self.deps, router=router or CommandRouter())
+        self.ingress = Ingress(deps=self.deps, router=router or default_router())
         self.consumer = f"{socket.gethostname()}-{os.getpid()}"
         self.aredis = aioredis.Redis.from_url(
             settings.redis_url, decode_responses=True, socket_connect_timeout=5

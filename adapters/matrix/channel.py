@@ -1,0 +1,306 @@
+"""The Matrix I/O shell: a nio ``AsyncClient``, its sync loop and sends.
+
+Conversions live in :mod:`adapters.matrix.convert` and :mod:`adapters.matrix.markup`; this
+module only moves events between the homeserver and the gateway. The sync token is saved
+after each sync has been handed to the sink, so a restart continues where it stopped; the
+very first start skips the room history instead of answering it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from aiohttp import ClientError
+from nio import (
+    AsyncClient,
+    AsyncClientConfig,
+    LocalProtocolError,
+    MatrixRoom,
+    MegolmEvent,
+    RoomSendResponse,
+    SendRetryError,
+    SyncResponse,
+)
+from nio.store import SqliteStore
+
+from adapters.matrix import convert
+from adapters.matrix.login import login
+from adapters.matrix.markup import Chunker, render, render_chunks, split_text
+from adapters.matrix.state import SessionFile, SessionState
+from bot.config import MatrixSettings
+from bot.errors import DeliveryError
+from bot.ports import InboundSink
+from bot.types import Outbound, OutboundKind, Platform, ThreadRef
+
+log = logging.getLogger(__name__)
+
+FIRST_SYNC_FILTER = {"room": {"timeline": {"limit": 1}}}
+SYNC_FILTER = {"room": {"timeline": {"limit": 50}}}
+TYPING_TIMEOUT_MS = 15_000
+
+
+class MatrixChannel:
+    """One Matrix account served through the ``ChannelAdapter`` port.
+
+    Args:
+        settings: The ``matrix`` section of the settings.
+        store_path: Directory for ``session.json`` and, with encryption, nio's key store.
+        chunker: ``(markdown, limit) -> parts``; a paragraph splitter when omitted.
+    """
+
+    platform = Platform.MATRIX.value
+
+    def __init__(
+        self, *, settings: MatrixSettings, store_path: Path, chunker: Chunker | None = None
+    ) -> None:
+        self.settings = settings
+        self.store_path = Path(store_path)
+        self.chunker = chunker or split_text
+        self._file = SessionFile(self.store_path)
+        self._client: AsyncClient | None = None
+        self._session: SessionState | None = None
+        self._sink: InboundSink | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._display_name = ""
+        self._latest: dict[tuple[str, str], str] = {}
+        self._seen_invites: set[str] = set()
+
+    @property
+    def user_id(self) -> str:
+        return self._session.user_id if self._session else (self.settings.user_id or "")
+
+    @property
+    def device_id(self) -> str:
+        return self._session.device_id if self._session else ""
+
+    def _make_client(self) -> AsyncClient:
+        encrypted = self.settings.encryption
+        nio_dir = self.store_path / "nio"
+        nio_dir.mkdir(parents=True, exist_ok=True)
+        config = AsyncClientConfig(
+            # One 429 comes back to us as an error: the outbox owns retrying with Retry-After.
+            max_limit_exceeded=0,
+            max_timeouts=2,
+            encryption_enabled=encrypted,
+            store=SqliteStore,  # nio insists on a class even when encryption is off
+            store_sync_tokens=False,
+        )
+        return AsyncClient(
+            self.settings.homeserver or "",
+            self.settings.user_id or "",
+            store_path=str(nio_dir) if encrypted else "",
+            config=config,
+        )
+
+    async def start(self, sink: InboundSink) -> None:
+        """Log in, run one sync (history skipped on the very first start), start syncing."""
+        self._sink = sink
+        client = self._client = self._make_client()
+        try:
+            self._session = await login(client, self.settings, self._file)
+            self._file.save(self._session)
+            profile = await client.get_displayname(self._session.user_id)
+            self._display_name = getattr(profile, "displayname", None) or ""
+            first = not self._session.next_batch
+            await self._sync_once(deliver=not first, full_state=True, timeout=0)
+        except BaseException:
+            await client.close()
+            self._client = None
+            raise
+        self._task = asyncio.create_task(self._sync_forever(), name="matrix-sync")
+
+    async def stop(self) -> None:
+        """Stop syncing and close the HTTP session."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _sync_forever(self) -> None:
+        backoff = 1.0
+        while True:
+            try:
+                await self._sync_once(
+                    deliver=True, full_state=False, timeout=self.settings.sync_timeout_ms
+                )
+                backoff = 1.0
+                continue
+            except DeliveryError as exc:
+                wait = exc.retry_after or backoff
+                log.warning("matrix: sync failed (%s); retrying in %.1fs", exc, wait)
+            except (ClientError, TimeoutError) as exc:
+                wait = backoff
+                log.warning("matrix: sync connection failed (%s); retrying in %.1fs", exc, wait)
+            except Exception:
+                wait = backoff
+                log.exception("matrix: sync failed; retrying in %.1fs", wait)
+            await asyncio.sleep(wait)
+            backoff = min(backoff * 2, 60.0)
+
+    async def _sync_once(self, *, deliver: bool, full_state: bool, timeout: int) -> None:
+        client, session = self._require()
+        response = await client.sync(
+            timeout=timeout,
+            since=session.next_batch or None,
+            full_state=full_state or None,
+            sync_filter=SYNC_FILTER if session.next_batch else FIRST_SYNC_FILTER,
+        )
+        if not isinstance(response, SyncResponse):
+            raise convert.delivery_error(
+                errcode=response.status_code,
+                message=response.message,
+                retry_after_ms=response.retry_after_ms,
+            )
+        await self._handle_invites(response)
+        if deliver:
+            await self._deliver(response)
+        await self._crypto_chores()
+        self._session = session.with_batch(response.next_batch)
+        self._file.save(self._session)
+
+    async def _crypto_chores(self) -> None:
+        # What nio's sync_forever does between syncs: keys out, device lists in.
+        client, _ = self._require()
+        if client.olm is None:
+            return
+        await client.send_to_device_messages()
+        if client.should_upload_keys:
+            await client.keys_upload()
+        if client.should_query_keys:
+            await client.keys_query()
+        if client.should_claim_keys:
+            await client.keys_claim(client.get_users_for_key_claiming())
+
+    async def _handle_invites(self, response: SyncResponse) -> None:
+        client, _ = self._require()
+        for room_id in response.rooms.invite:
+            invited = client.invited_rooms.get(room_id)
+            inviter = invited.inviter if invited is not None else None
+            allow = self.settings.allow_users
+            if convert.may_join(inviter, allow_users=allow, join_any=self.settings.join_any_invite):
+                result = await client.join(room_id)
+                log.info("matrix: joined %s on invite from %s (%s)", room_id, inviter, result)
+            elif room_id not in self._seen_invites:
+                self._seen_invites.add(room_id)
+                log.warning(
+                    "matrix: ignoring invite to %s from %s (not in allow_users)", room_id, inviter
+                )
+
+    async def _deliver(self, response: SyncResponse) -> None:
+        client, _ = self._require()
+        for room_id, info in response.rooms.join.items():
+            room = client.rooms.get(room_id)
+            if room is None:
+                continue
+            for event in info.timeline.events:
+                await self._deliver_event(event, room)
+
+    async def _deliver_event(self, event: Any, room: MatrixRoom) -> None:
+        if isinstance(event, MegolmEvent):
+            log.warning(
+                "matrix: cannot decrypt event %s in %s from %s (megolm session %s): the "
+                "sender has not shared its room key with device %s of %s; the message is "
+                "not answered",
+                event.event_id,
+                room.room_id,
+                event.sender,
+                event.session_id,
+                self.device_id,
+                self.user_id,
+            )
+            return
+        source = getattr(event, "source", None)
+        if not isinstance(source, dict):
+            return
+        context = convert.RoomContext(
+            room_id=room.room_id,
+            bot_user_id=self.user_id,
+            bot_display_name=room.user_name(self.user_id) or self._display_name,
+            member_count=room.member_count,  # joined + invited: a pending invite is no DM
+            thread_replies=self.settings.thread_replies,
+        )
+        sender = source.get("sender")
+        name = room.user_name(sender) if isinstance(sender, str) else None
+        inbound = convert.inbound_from_event(source, room=context, sender_name=name or "")
+        if inbound is None or self._sink is None:
+            return
+        if inbound.thread.thread:
+            self._latest[(room.room_id, inbound.thread.thread)] = inbound.message_id
+        try:
+            await self._sink(inbound)
+        except Exception:
+            log.exception("matrix: sink failed for event %s", inbound.message_id)
+
+    def _require(self) -> tuple[AsyncClient, SessionState]:
+        if self._client is None or self._session is None:
+            raise DeliveryError("matrix adapter is not started")
+        return self._client, self._session
+
+    async def send(self, message: Outbound) -> list[str]:
+        """Post ``message`` into its room and thread; returns the event ids."""
+        if message.edit_of:
+            await self.edit(message.thread, message.edit_of, message.text)
+            return [message.edit_of]
+        msgtype = "m.notice" if message.kind == OutboundKind.STATUS else "m.text"
+        room_id, root = message.thread.chat, message.thread.thread
+        parts = render_chunks(
+            message.text, limit=self.settings.max_message_chars, chunker=self.chunker
+        )
+        ids: list[str] = []
+        for index, part in enumerate(parts):
+            content = convert.message_content(
+                body=part.body,
+                html=part.html,
+                msgtype=msgtype,
+                thread=root,
+                latest=self._latest.get((room_id, root)) if root else None,
+            )
+            key = f"{message.idempotency_key}:{index}" if message.idempotency_key else None
+            event_id = await self._room_send(room_id, content, key)
+            if root:
+                self._latest[(room_id, root)] = event_id
+            ids.append(event_id)
+        return ids
+
+    async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
+        """Replace a status message's text with an ``m.replace`` edit."""
+        rendered = render(text)
+        content = convert.edit_content(
+            original=message_id, body=rendered.body, html=rendered.html, msgtype="m.notice"
+        )
+        await self._room_send(thread.chat, content, None)
+
+    async def typing(self, thread: ThreadRef) -> None:
+        """Show the bot as typing in the room for a few seconds (best effort)."""
+        client, _ = self._require()
+        with contextlib.suppress(ClientError, TimeoutError):
+            await client.room_typing(thread.chat, True, timeout=TYPING_TIMEOUT_MS)
+
+    async def _room_send(self, room_id: str, content: dict[str, Any], key: str | None) -> str:
+        client, _ = self._require()
+        # A stable transaction id makes a retried send after a lost response a no-op.
+        tx_id = hashlib.sha256(key.encode()).hexdigest()[:32] if key else None
+        try:
+            response = await client.room_send(
+                room_id, "m.room.message", content, tx_id=tx_id, ignore_unverified_devices=True
+            )
+        except (ClientError, TimeoutError, SendRetryError) as exc:
+            raise DeliveryError(f"matrix: send to {room_id} failed: {exc}") from exc
+        except LocalProtocolError as exc:
+            raise DeliveryError(f"matrix: cannot send to {room_id}: {exc}", permanent=True) from exc
+        if isinstance(response, RoomSendResponse):
+            return str(response.event_id)
+        raise convert.delivery_error(
+            errcode=response.status_code,
+            message=response.message,
+            retry_after_ms=response.retry_after_ms,
+        )

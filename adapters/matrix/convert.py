@@ -1,0 +1,225 @@
+"""Pure conversions between Matrix events and fanbot's core values (no I/O).
+
+Inbound: a raw ``m.room.message`` event dict (``nio`` events expose it as ``.source``;
+decrypted events carry the cleartext content plus the ``m.relates_to`` of the envelope)
+becomes an :class:`~bot.types.Inbound`. Outbound: markdown rendered by
+:mod:`adapters.matrix.markup` becomes ``m.room.message`` content with the thread relation
+and its reply fallback, or an ``m.replace`` edit.
+
+Thread mapping (DESIGN §3): a message inside a thread belongs to the thread root's
+session. A room-timeline message that addresses the bot starts a thread rooted at itself
+when ``thread_replies`` is on, and stays in the timeline (``thread=None``) when it is off.
+A timeline message that does not address the bot is still delivered, with
+``mentioned=False`` and ``thread=None``; the gateway's mention gating ignores it. In a DM
+(a room of two members) timeline messages stay in the timeline: the whole DM is the
+conversation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bot.errors import DeliveryError
+from bot.types import Inbound, Platform, Sender, ThreadRef
+
+TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
+COMMANDS = ("subagents", "stop", "help")
+_BANG_COMMAND = re.compile(r"^!(" + "|".join(COMMANDS) + r")\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoomContext:
+    """What convert needs to know about the room and the bot, gathered by the I/O shell.
+
+    Attributes:
+        room_id: The room the event arrived in.
+        bot_user_id: Full Matrix id of the bot (``@fanbot:example.org``).
+        bot_display_name: The bot's display name in this room, for name mentions.
+        member_count: Joined and invited members; two means a DM.
+        thread_replies: Answer timeline mentions in a new thread rooted at the message.
+    """
+
+    room_id: str
+    bot_user_id: str
+    bot_display_name: str = ""
+    member_count: int = 0
+    thread_replies: bool = True
+
+    @property
+    def is_dm(self) -> bool:
+        return self.member_count == 2
+
+
+def inbound_from_event(
+    event: Mapping[str, Any], *, room: RoomContext, sender_name: str = ""
+) -> Inbound | None:
+    """Convert one ``m.room.message`` event; ``None`` for anything that is not a text message."""
+    if event.get("type") != "m.room.message":
+        return None
+    content = event.get("content")
+    sender = event.get("sender")
+    event_id = event.get("event_id")
+    if not isinstance(content, Mapping) or not isinstance(sender, str):
+        return None
+    if not isinstance(event_id, str) or not event_id:
+        return None
+    relates = content.get("m.relates_to")
+    relates = relates if isinstance(relates, Mapping) else {}
+    is_edit = relates.get("rel_type") == "m.replace"
+    body_source = content.get("m.new_content") if is_edit else content
+    if not isinstance(body_source, Mapping):
+        return None
+    msgtype = body_source.get("msgtype")
+    body = body_source.get("body")
+    if msgtype not in TEXT_MSGTYPES or not isinstance(body, str):
+        return None
+    if "m.in_reply_to" in relates and not relates.get("is_falling_back"):
+        body = strip_reply_fallback(body)
+    mentioned = is_mention(content, body, room)
+    text = normalize_command(strip_mention(body, room))
+    return Inbound(
+        thread=_thread_of(relates, event_id, room, mentioned=mentioned, is_edit=is_edit),
+        sender=Sender(
+            user_id=sender,
+            display_name=sender_name,
+            is_bot=msgtype == "m.notice",
+            is_self=sender == room.bot_user_id,
+        ),
+        text=text,
+        message_id=event_id,
+        mentioned=mentioned,
+        is_dm=room.is_dm,
+        is_edit=is_edit,
+    )
+
+
+def _thread_of(
+    relates: Mapping[str, Any], event_id: str, room: RoomContext, *, mentioned: bool, is_edit: bool
+) -> ThreadRef:
+    thread: str | None = None
+    root = relates.get("event_id")
+    if relates.get("rel_type") == "m.thread" and isinstance(root, str):
+        thread = root
+    elif mentioned and room.thread_replies and not room.is_dm and not is_edit:
+        thread = event_id
+    return ThreadRef(
+        platform=Platform.MATRIX, account=room.bot_user_id, chat=room.room_id, thread=thread
+    )
+
+
+def is_mention(content: Mapping[str, Any], body: str, room: RoomContext) -> bool:
+    """``m.mentions`` names the bot, or the body contains its user id or display name."""
+    mentions = content.get("m.mentions")
+    if isinstance(mentions, Mapping):
+        user_ids = mentions.get("user_ids")
+        if isinstance(user_ids, list) and room.bot_user_id in user_ids:
+            return True
+    if room.bot_user_id and room.bot_user_id in body:
+        return True
+    name = room.bot_display_name
+    return bool(name) and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", body, re.I) is not None
+
+
+def strip_mention(body: str, room: RoomContext) -> str:
+    """Drop a leading ``@bot:server:`` / ``Display Name,`` address from the text."""
+    text = body.strip()
+    for name in (room.bot_user_id, room.bot_display_name):
+        if name and text.lower().startswith(name.lower()):
+            rest = text[len(name) :]
+            if not rest or not (rest[0].isalnum() or rest[0] == "_"):
+                return rest.lstrip(":,;").strip()
+    return text
+
+
+def strip_reply_fallback(body: str) -> str:
+    """Remove the ``> <@user> quoted`` lines a client puts before a reply's own text."""
+    lines = body.split("\n")
+    if not lines or not lines[0].startswith("> "):
+        return body
+    index = 0
+    while index < len(lines) and lines[index].startswith(">"):
+        index += 1
+    return "\n".join(lines[index:]).lstrip("\n")
+
+
+def normalize_command(text: str) -> str:
+    """``!subagents list`` → ``/subagents list`` (Element swallows unknown ``/`` commands)."""
+    return _BANG_COMMAND.sub(lambda m: "/" + m.group(1).lower(), text, count=1)
+
+
+def thread_relation(root: str, latest: str | None) -> dict[str, Any]:
+    """``m.relates_to`` for a message in thread ``root`` with the reply fallback.
+
+    ``latest`` is the newest event the bot knows in that thread; clients without thread
+    support render the message as a reply to it.
+    """
+    return {
+        "rel_type": "m.thread",
+        "event_id": root,
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": latest or root},
+    }
+
+
+def message_content(
+    *, body: str, html: str | None, msgtype: str, thread: str | None, latest: str | None
+) -> dict[str, Any]:
+    """Content of an ``m.room.message`` (``html`` becomes ``formatted_body``)."""
+    content: dict[str, Any] = {"msgtype": msgtype, "body": body}
+    if html is not None:
+        content["format"] = "org.matrix.custom.html"
+        content["formatted_body"] = html
+    if thread:
+        content["m.relates_to"] = thread_relation(thread, latest)
+    return content
+
+
+def edit_content(*, original: str, body: str, html: str | None, msgtype: str) -> dict[str, Any]:
+    """An ``m.replace`` edit of event ``original`` (``* `` prefix for clients without edits)."""
+    new_content = message_content(body=body, html=html, msgtype=msgtype, thread=None, latest=None)
+    content = message_content(
+        body="* " + body,
+        html=None if html is None else "* " + html,
+        msgtype=msgtype,
+        thread=None,
+        latest=None,
+    )
+    content["m.new_content"] = new_content
+    content["m.relates_to"] = {"rel_type": "m.replace", "event_id": original}
+    return content
+
+
+def may_join(inviter: str | None, *, allow_users: list[str], join_any: bool) -> bool:
+    """Accept an invite only from an allowlisted user (an empty allowlist joins nobody).
+
+    ``allow_users`` empty means "everyone may talk to the bot" for the gateway, but joining
+    any room anyone invites it to would let strangers pull the bot (and its model budget)
+    anywhere, so that needs ``join_any_invite`` explicitly.
+    """
+    if join_any:
+        return True
+    return inviter is not None and inviter in allow_users
+
+
+# Retrying cannot help: the room is gone, the bot is not allowed, or the event is bad.
+PERMANENT_ERRCODES = frozenset(
+    {"M_FORBIDDEN", "M_NOT_FOUND", "M_BAD_JSON", "M_NOT_JSON", "M_TOO_LARGE", "M_UNKNOWN_ROOM"}
+)
+
+
+def delivery_error(
+    *, errcode: str | None, message: str, retry_after_ms: int | None = None
+) -> DeliveryError:
+    """Map a Matrix error response to :class:`~bot.errors.DeliveryError`.
+
+    ``M_LIMIT_EXCEEDED`` carries the server's ``retry_after_ms`` as seconds; the gateway's
+    outbox waits that long before the next attempt.
+    """
+    text = f"matrix: {errcode or 'error'}: {message}"
+    if errcode == "M_LIMIT_EXCEEDED":
+        retry_after = (retry_after_ms or 1000) / 1000
+        return DeliveryError(text, retry_after=retry_after)
+    return DeliveryError(text, permanent=errcode in PERMANENT_ERRCODES)

@@ -61,6 +61,9 @@ class SubagentSettings(BaseModel):
     heartbeat_seconds: float = Field(2.0, gt=0, le=60)
     stale_after_seconds: float = Field(10.0, gt=0, le=600)
     hard_kill_grace_seconds: float = Field(5.0, ge=0, le=600)
+    job_grace_seconds: int = Field(
+        15, ge=1, le=3600, description="RQ's hard job timeout is the run timeout plus this."
+    )
     max_spawns_per_turn: int = Field(16, ge=1, le=200)
     max_result_chars: int = Field(20_000, ge=100)
 

@@ -22,7 +22,6 @@ from bot.errors import SpawnRejected
 from bot.sessions import new_child_session_key
 from bot.types import Cleanup, RunRecord
 
-JOB_GRACE_SECONDS = 15
 RUN_JOB = "workers.jobs.run_subagent"
 
 
@@ -150,7 +149,7 @@ def enqueue_run(deps: Deps, record: RunRecord) -> None:
         RUN_JOB,
         record.run_id,
         job_id=record.job_id,
-        job_timeout=record.timeout_s + JOB_GRACE_SECONDS,
+        job_timeout=record.timeout_s + deps.settings.subagents.job_grace_seconds,
         rate_limit=RateLimit(SUBAGENT_SLOT_KEY, deps.settings.subagents.max_concurrent),
         on_failure=Callback("workers.callbacks.subagent_failed"),
         on_stopped=Callback("workers.callbacks.subagent_stopped"),

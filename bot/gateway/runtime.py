@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import socket
+import uuid
 from collections.abc import Sequence
 
 import redis.asyncio as aioredis
@@ -52,7 +53,7 @@ class Gateway:
         self.deps = deps or Deps.build(settings)
         self.adapters = {a.platform: a for a in adapters}
         self.ingress = Ingress(deps=self.deps, router=router or default_router())
-        self.consumer = f"{socket.gethostname()}-{os.getpid()}"
+        self.consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.aredis = aioredis.Redis.from_url(
             settings.redis_url, decode_responses=True, socket_connect_timeout=5
         )

@@ -1,0 +1,120 @@
+"""Egress against real Redis: retries, dead letters, idempotency, ordering, reclaim."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from bot.config import GatewaySettings
+from bot.errors import DeliveryError
+from bot.gateway.egress import Egress
+from bot.keys import Keys
+from bot.testing.channel import MemoryChannel
+from bot.types import Outbound, ThreadRef
+
+KEYS = Keys()
+
+
+@pytest.fixture
+async def aredis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+def message(text: str, key: str, thread: str = "t") -> Outbound:
+    ref = ThreadRef(platform="console", account="a", chat="c", thread=thread)
+    return Outbound(thread=ref, text=text, idempotency_key=key)
+
+
+async def put(client: aioredis.Redis, *messages: Outbound) -> None:
+    for m in messages:
+        await client.xadd(KEYS.outbox, {"data": json.dumps(m.to_json())})
+
+
+async def run_egress(
+    client: aioredis.Redis, channel: MemoryChannel, until: object, **settings: object
+) -> Egress:
+    egress = Egress(
+        redis=client,
+        keys=KEYS,
+        adapters={"console": channel},
+        settings=GatewaySettings(delivery_backoff_seconds=0.05, **settings),  # type: ignore[arg-type]
+        consumer="test",
+    )
+    task = asyncio.create_task(egress.run())
+    try:
+        for _ in range(200):
+            done = until(egress) if callable(until) else until  # type: ignore[call-arg]
+            if asyncio.iscoroutine(done):
+                done = await done
+            if done:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+    finally:
+        task.cancel()
+        await egress.close()
+    return egress
+
+
+async def test_retry_after_is_honoured_and_delivery_happens_once(aredis: aioredis.Redis) -> None:
+    channel = MemoryChannel()
+    channel.fail_next([DeliveryError("429", retry_after=0.3), DeliveryError("503")])
+    await put(aredis, message("hello", "k1"))
+    egress = await run_egress(aredis, channel, lambda e: channel.sent)
+    assert [m.text for m in channel.sent] == ["hello"] and channel.attempts == 3
+    assert await egress.drained()
+
+
+async def test_same_idempotency_key_is_delivered_once(aredis: aioredis.Redis) -> None:
+    channel = MemoryChannel()
+    await put(aredis, message("a", "same"), message("a", "same"), message("b", "other"))
+    await run_egress(aredis, channel, lambda e: len(channel.sent) >= 2)
+    assert [m.text for m in channel.sent] == ["a", "b"]
+
+
+async def test_dead_letter_after_budget_and_for_permanent_errors(aredis: aioredis.Redis) -> None:
+    channel = MemoryChannel()
+    channel.fail_next([DeliveryError("down")] * 3)
+    await put(aredis, message("x", "k-x"))
+    await run_egress(aredis, channel, lambda e: e.drained(), delivery_attempts=3)
+    channel.fail_next([DeliveryError("no such chat", permanent=True)])
+    await put(aredis, message("y", "k-y"))
+    await aredis.xadd(KEYS.outbox, {"data": "{not json"})
+    egress = await run_egress(aredis, channel, lambda e: e.drained(), delivery_attempts=3)
+    dead = await aredis.xrange(KEYS.dead_letter)
+    reasons = [fields["reason"] for _, fields in dead]
+    assert channel.sent == [] and channel.attempts == 4
+    assert sorted(reasons) == [
+        "down (after 3 attempt(s))",
+        "malformed entry",
+        "no such chat (after 1 attempt(s))",
+    ]
+    assert await egress.drained()
+
+
+async def test_order_is_kept_per_thread_while_another_thread_waits(aredis: aioredis.Redis) -> None:
+    channel = MemoryChannel()
+    channel.fail_next([DeliveryError("slow", retry_after=0.5)])
+    await put(aredis, message("a1", "a1", "A"), message("b1", "b1", "B"), message("a2", "a2", "A"))
+    await run_egress(aredis, channel, lambda e: len(channel.sent) == 3)
+    texts = [m.text for m in channel.sent]
+    assert texts.index("a1") < texts.index("a2")
+    assert texts[0] == "b1"  # thread B was not held up by thread A's retry
+
+
+async def test_entries_left_pending_by_a_dead_consumer_are_reclaimed(
+    aredis: aioredis.Redis,
+) -> None:
+    await aredis.xgroup_create(KEYS.outbox, "gateway", id="0", mkstream=True)
+    await put(aredis, message("orphan", "k-orphan"))
+    await aredis.xreadgroup("gateway", "dead-gateway", {KEYS.outbox: ">"}, count=10)
+    channel = MemoryChannel()
+    await asyncio.sleep(1.1)
+    await run_egress(aredis, channel, lambda e: channel.sent, reclaim_idle_seconds=1)
+    assert [m.text for m in channel.sent] == ["orphan"]

@@ -119,6 +119,9 @@ def doctor() -> None:
     raise typer.Exit(0 if all(c.ok for c in checks) else 1)
 
 
+app.add_typer(importlib.import_module("bot.ops_cli").app, name="subagents")
+
+
 def main() -> None:
     with contextlib.suppress(BrokenPipeError):
         app()

@@ -25,6 +25,7 @@ key                                                type       what
 ``{p}dedupe:{platform}:{eventId}``                 string     inbound event seen (expires)
 ``{p}status:{runId}``                              hash       status message id per run
 ``{p}archive:due``                                 zset       run ids by archive time
+``{p}stops:pending``                               zset       stopped run ids by hard-stop re-check
 ``{p}lock:reaper``                                 string     one reaper at a time
 =================================================  =========  ================================
 """
@@ -104,6 +105,10 @@ class Keys:
     @property
     def archive_due(self) -> str:
         return f"{self.prefix}archive:due"
+
+    @property
+    def stops_pending(self) -> str:
+        return f"{self.prefix}stops:pending"
 
     @property
     def reaper_lock(self) -> str:

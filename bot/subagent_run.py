@@ -23,6 +23,7 @@ from bot.agent.subagent_types import subagent_types, tools_for_type
 from bot.deps import Deps
 from bot.errors import RunDeadline, RunStopped
 from bot.finalize import finalize_run
+from bot.followup import continuation
 from bot.store.streams import ProgressEvent, put_progress
 from bot.types import RunRecord, RunStatus
 
@@ -122,11 +123,13 @@ def _loop(deps: Deps, record: RunRecord, meter: Meter) -> LoopResult:
     system = (
         sub_type.system_prompt or subagent_types(deps.settings)["general-purpose"].system_prompt
     )
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system},
-        {"role": "user", "content": record.task},
-    ]
-    for message in messages:
+    prior = deps.transcripts.read(record.session_id)
+    messages: list[dict[str, Any]] = (
+        continuation(prior, record.task)  # a follow-up: the child session goes on
+        if prior
+        else [{"role": "system", "content": system}, {"role": "user", "content": record.task}]
+    )
+    for message in messages[-1:] if prior else messages:
         deps.transcripts.append(record.session_id, message)
     ctx = ToolContext(
         deps=deps,

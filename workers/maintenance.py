@@ -1,4 +1,4 @@
-"""Maintenance: the reaper (dead runs end ``unknown``) and the archiver.
+"""Maintenance: the reaper (dead runs end ``unknown``), hard-stop re-sends and the archiver.
 
 Runs in the worker launcher's main process every couple of seconds, behind a Redis lock so
 several worker hosts do not all do the same sweep. Everything it does is idempotent.
@@ -15,6 +15,7 @@ from rq.job import Job, JobStatus
 from rq.rate_limit import RateLimitRegistry
 from rq.serializers import JSONSerializer
 
+from bot.control import resend_hard_stops
 from bot.deps import SUBAGENT_SLOT_KEY, Deps
 from bot.finalize import finalize_run
 from bot.types import RunRecord, RunStatus
@@ -86,6 +87,7 @@ def sweep(deps: Deps) -> None:
     if not deps.redis.set(deps.keys.reaper_lock, "1", nx=True, px=int(interval * 1000)):
         return
     reap(deps)
+    resend_hard_stops(deps)
     archive_due(deps)
 
 

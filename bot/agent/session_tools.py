@@ -1,4 +1,8 @@
-"""The main agent's session tools: spawn subagents, list them, list agents and types."""
+"""The main agent's session tools: spawn subagents, list them, read and message them, list
+agents and types. ``sessions_history`` and ``sessions_send`` follow the chat commands' rules:
+anyone in the session may read; only an admin or the run's requester (the person whose
+message started this turn, ``ctx.requester``) may message a run.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,13 @@ from bot.agent.context import ToolContext
 from bot.agent.spawn import SpawnArgs, spawn
 from bot.agent.subagent_types import subagent_types
 from bot.agent.tools import NoArgs, Tool
+from bot.commands.auth import Actor, may_control
+from bot.commands.render import is_tool_message
+from bot.commands.resolve import resolve_run
+from bot.control import transcript_key
+from bot.errors import ToolError
+from bot.followup import send
+from bot.types import RunRecord
 
 
 class ListArgs(BaseModel):
@@ -41,6 +52,65 @@ def _list(ctx: ToolContext, args: ListArgs) -> str:
     return json.dumps({"runs": items, "count": len(items)})
 
 
+class HistoryArgs(BaseModel):
+    id: str = Field(
+        min_length=1,
+        max_length=200,
+        description="Run: list number (1 = newest), 'last', run-id prefix or childSessionKey.",
+    )
+    limit: int = Field(20, ge=1, le=200, description="How many of the last messages.")
+    tools: bool = Field(False, description="Only tool calls and tool results.")
+
+
+class SendArgs(BaseModel):
+    id: str = Field(min_length=1, max_length=200, description="Run, as for sessions_history.")
+    message: str = Field(
+        min_length=1,
+        max_length=20_000,
+        description="Text for the subagent: steers a running run; a finished run gets a "
+        "follow-up run on the same session whose answer is announced in the thread.",
+    )
+
+
+def _resolve(ctx: ToolContext, token: str) -> tuple[RunRecord, int]:
+    found = resolve_run(token, ctx.deps.runs.session_runs(ctx.session_key))
+    if found.run is None:
+        raise ToolError(found.error.replace("`", ""))
+    return found.run, found.number
+
+
+def _history(ctx: ToolContext, args: HistoryArgs) -> str:
+    run, number = _resolve(ctx, args.id)
+    last = 2_000 if args.tools else args.limit
+    raw = ctx.deps.redis.lrange(transcript_key(ctx.deps, run), -last, -1)
+    messages = [json.loads(item) for item in raw]
+    if args.tools:
+        messages = [m for m in messages if is_tool_message(m)]
+    items = [
+        {k: m[k] for k in ("role", "content", "tool_calls", "tool_call_id") if m.get(k)}
+        for m in messages[-args.limit :]
+    ]
+    return json.dumps(
+        {"number": number, "runId": run.run_id, "status": run.status.value, "messages": items}
+    )
+
+
+def _send(ctx: ToolContext, args: SendArgs) -> str:
+    run, _ = _resolve(ctx, args.id)
+    actor = Actor.from_qualified(ctx.requester, ctx.deps.settings.admins)
+    decision = may_control(actor, run, verb="send to")
+    if not decision.allowed:
+        raise ToolError(f"{decision.reason} (requested by {ctx.requester})")
+    result = send(ctx.deps, run, args.message, requester=ctx.requester)
+    return json.dumps(
+        {
+            "status": result.outcome.value,
+            "runId": result.run.run_id,
+            "childSessionKey": result.run.child_session_key,
+        }
+    )
+
+
 def _agents(ctx: ToolContext, args: NoArgs) -> str:
     s = ctx.deps.settings
     types = [
@@ -64,6 +134,19 @@ SESSION_TOOLS_LIST: tuple[Tool, ...] = (
         description="List the subagent runs spawned from this conversation, newest first.",
         args=ListArgs,
         run=_list,
+    ),
+    Tool(
+        name="sessions_history",
+        description="Read the transcript of one of this conversation's subagent runs.",
+        args=HistoryArgs,
+        run=_history,
+    ),
+    Tool(
+        name="sessions_send",
+        description="Send a message to one of this conversation's subagents (steer it, or "
+        "follow up on a finished one). Only for the person who started it or an admin.",
+        args=SendArgs,
+        run=_send,
     ),
     Tool(
         name="agents_list",

@@ -7,4 +7,8 @@ from bot.commands.router import CommandRouter
 
 def default_router() -> CommandRouter:
     """The router the gateway uses: ``/help`` plus every command module's handlers."""
-    return CommandRouter()
+    from bot.commands import subagents  # late: it imports the control plane, which imports us
+
+    router = CommandRouter()
+    subagents.register(router)
+    return router

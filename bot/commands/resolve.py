@@ -1,0 +1,119 @@
+"""Which run a user means by ``<id>`` (pure).
+
+Forms, tried in this order:
+
+* ``last`` — the newest run in scope;
+* ``1`` or ``#1`` — the list number of ``/subagents list`` (newest first);
+* a child session key ``agent:<agentId>:subagent:<uuid>`` — its newest run (follow-ups
+  share the key);
+* a run-id prefix of at least :data:`MIN_PREFIX` characters (unique in scope).
+
+An all-digit token that is out of range as a list number is also tried as a run-id prefix,
+because run ids are hex and may start with digits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bot.sessions import is_child_session_key
+from bot.types import RunRecord, ThreadRef
+
+MIN_PREFIX = 4
+MAX_TOKEN = 120
+_HEX = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """The run an id names, or why none does.
+
+    Attributes:
+        run: The run, or ``None``.
+        number: Its list number (1 = newest) when found.
+        error: A short markdown answer for the user when ``run`` is ``None``.
+    """
+
+    run: RunRecord | None = None
+    number: int = 0
+    error: str = ""
+
+
+def channel_scope(thread: ThreadRef) -> bool:
+    """Whether a command in ``thread`` addresses a whole channel's runs.
+
+    Slack's ``/subagents`` slash command carries no thread (``thread is None``), while every
+    Slack conversation with the bot lives in a thread; so there the channel's runs are meant.
+    Elsewhere ``thread is None`` is a real session (Telegram General topic, Matrix timeline).
+    """
+    return thread.platform == "slack" and thread.thread is None
+
+
+def valid_forms(count: int) -> str:
+    """One line listing what an ``<id>`` may be, for error answers."""
+    numbers = "`1`" if count <= 1 else f"`1`–`{count}`"
+    return (
+        f"Use a list number ({numbers} or `#1`), `last`, a run-id prefix "
+        f"({MIN_PREFIX}+ characters) or a child session key; see `/subagents list`."
+    )
+
+
+def resolve_run(token: str, runs: Sequence[RunRecord]) -> Resolution:
+    """Find the run ``token`` names among ``runs`` (newest first)."""
+    token = token.strip()
+    shown = _shown(token)
+    if not runs:
+        return Resolution(error="There are no subagent runs here yet, so nothing matches.")
+    if token.lower() == "last":
+        return Resolution(run=runs[0], number=1)
+    number = _number(token)
+    if number is not None:
+        if 1 <= number <= len(runs):
+            return Resolution(run=runs[number - 1], number=number)
+        if token.startswith("#") or len(token) < MIN_PREFIX:
+            return Resolution(
+                error=f"There is no run #{number} here; the list has {len(runs)}. "
+                + valid_forms(len(runs))
+            )
+    if is_child_session_key(token):
+        for i, run in enumerate(runs, start=1):
+            if run.child_session_key == token:
+                return Resolution(run=run, number=i)
+        return Resolution(error=f"No run here has session `{shown}`. " + valid_forms(len(runs)))
+    return _by_prefix(token.lower(), shown, runs)
+
+
+def _by_prefix(token: str, shown: str, runs: Sequence[RunRecord]) -> Resolution:
+    if not token or not set(token) <= _HEX:
+        return Resolution(error=f"`{shown}` is not a run id I know. " + valid_forms(len(runs)))
+    if len(token) < MIN_PREFIX:
+        return Resolution(
+            error=f"`{shown}` is too short for a run-id prefix (at least {MIN_PREFIX} "
+            "characters). " + valid_forms(len(runs))
+        )
+    hits = [(i, r) for i, r in enumerate(runs, start=1) if r.run_id.startswith(token)]
+    if len(hits) == 1:
+        return Resolution(run=hits[0][1], number=hits[0][0])
+    if not hits:
+        return Resolution(
+            error=f"No run here has an id starting `{shown}`. " + valid_forms(len(runs))
+        )
+    listed = ", ".join(f"#{i} `{r.run_id[:12]}`" for i, r in hits[:5])
+    return Resolution(
+        error=f"`{shown}` matches {len(hits)} runs ({listed}); type more characters or use "
+        "the list number."
+    )
+
+
+def _number(token: str) -> int | None:
+    digits = token[1:] if token.startswith("#") else token
+    if digits.isdigit() and digits.isascii() and len(digits) <= 9:
+        return int(digits)
+    return None
+
+
+def _shown(token: str) -> str:
+    """The token as echoed back: one line, bounded, no backticks to break the code span."""
+    clean = " ".join(token.split()).replace("`", "'")
+    return clean if len(clean) <= MAX_TOKEN else clean[: MAX_TOKEN - 1] + "…"

@@ -1,0 +1,255 @@
+"""``/subagents list|info|log|send|stop`` and ``/stop``.
+
+:func:`parse_subagents` turns the arguments into a request (pure, table-tested); the
+handlers resolve the id (:mod:`~bot.commands.resolve`), check the actor
+(:mod:`~bot.commands.auth`), act (:mod:`bot.control`, :mod:`bot.followup`) and answer with
+short markdown (:mod:`~bot.commands.render`). No handler raises on user input.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from bot.commands.auth import Actor, may_control, partition
+from bot.commands.parse import Command
+from bot.commands.render import render_info, render_list, render_log, run_name
+from bot.commands.resolve import Resolution, channel_scope, resolve_run
+from bot.commands.router import CommandRequest, CommandRouter
+from bot.control import running_turn, scope_runs, stop_run, stop_turn, transcript_key
+from bot.followup import SendOutcome, send
+from bot.types import RunRecord
+
+LOG_DEFAULT = 20
+LOG_MAX = 200
+LOG_SCAN = 2_000
+"""Transcript messages read for ``log ... tools`` (tool messages are filtered from these)."""
+
+USAGE = (
+    "Usage:\n"
+    "• `/subagents list`\n"
+    "• `/subagents info <id>`\n"
+    f"• `/subagents log <id> [limit] [tools]` (limit 1–{LOG_MAX}, default {LOG_DEFAULT})\n"
+    "• `/subagents send <id> <message>`\n"
+    "• `/subagents stop <id|all>`\n"
+    "`<id>`: list number (`1`, `#1`), `last`, run-id prefix or child session key."
+)
+SUBCOMMANDS = ("list", "info", "log", "send", "stop", "help")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubagentsRequest:
+    """A well-formed ``/subagents`` request.
+
+    Attributes:
+        action: One of :data:`SUBCOMMANDS`.
+        target: The ``<id>`` token (``all`` for ``stop all``).
+        limit: ``log`` limit.
+        tools_only: ``log ... tools``.
+        message: ``send`` text, as written.
+    """
+
+    action: str
+    target: str = ""
+    limit: int = LOG_DEFAULT
+    tools_only: bool = False
+    message: str = ""
+
+
+def parse_subagents(command: Command) -> SubagentsRequest | str:
+    """Arguments of ``/subagents`` -> a request, or a usage answer (pure)."""
+    args = command.args
+    action = args[0].lower() if args else "list"
+    if action not in SUBCOMMANDS:
+        shown = action[:32].replace("`", "'")
+        return f"I don't know `/subagents {shown}`.\n{USAGE}"
+    if action in ("list", "help"):
+        return SubagentsRequest(action=action)
+    if len(args) < 2:
+        return f"`/subagents {action}` needs an id.\n{USAGE}"
+    target = args[1]
+    if action == "log":
+        return _parse_log(target, args[2:])
+    if action == "send":
+        parts = command.rest.split(None, 2)
+        if len(parts) < 3 or not parts[2].strip():
+            return f"`/subagents send {target[:40]}` needs a message to send.\n{USAGE}"
+        return SubagentsRequest(action="send", target=target, message=parts[2].strip())
+    if len(args) > 2:
+        return f"`/subagents {action}` takes one id, e.g. `/subagents {action} 1`.\n{USAGE}"
+    return SubagentsRequest(action=action, target=target)
+
+
+def _parse_log(target: str, extra: tuple[str, ...]) -> SubagentsRequest | str:
+    limit, tools_only = LOG_DEFAULT, False
+    for word in extra:
+        if word.lower() == "tools":
+            tools_only = True
+        elif word.isdigit() and word.isascii() and 1 <= int(word) <= 100_000:
+            limit = min(int(word), LOG_MAX)
+        else:
+            shown = word[:20].replace("`", "'")
+            return (
+                f"`{shown}` is not a valid log limit: use a number from 1 to {LOG_MAX}, "
+                "optionally followed by `tools`, e.g. `/subagents log 1 50 tools`."
+            )
+    return SubagentsRequest(action="log", target=target, limit=limit, tools_only=tools_only)
+
+
+def handle_subagents(req: CommandRequest) -> str:
+    parsed = parse_subagents(req.command)
+    if isinstance(parsed, str):
+        return parsed
+    if parsed.action == "help":
+        return USAGE
+    runs = scope_runs(req.deps, session_key=req.session_key, thread=req.inbound.thread)
+    if parsed.action == "list":
+        return render_list(runs, now=time.time(), scope=_scope_name(req))
+    if parsed.action == "stop" and parsed.target.lower() == "all":
+        return stop_all(req, runs)
+    found = resolve_run(parsed.target, runs)
+    if found.run is None:
+        return found.error
+    if parsed.action == "info":
+        return _info(req, found)
+    if parsed.action == "log":
+        return _log(req, found, parsed)
+    if parsed.action == "send":
+        return _send(req, found, parsed.message)
+    return _stop_one(req, found)
+
+
+def handle_stop(req: CommandRequest) -> str:
+    """``/stop``: abort the session's running turn and stop every unfinished run."""
+    runs = scope_runs(req.deps, session_key=req.session_key, thread=req.inbound.thread)
+    lines = [_abort_turn(req)] if not channel_scope(req.inbound.thread) else []
+    lines.append(stop_all(req, runs))
+    return "\n".join(line for line in lines if line)
+
+
+def _abort_turn(req: CommandRequest) -> str:
+    actor = actor_of(req)
+    turn = running_turn(req.deps, req.session_key)
+    if turn is None:
+        return ""
+    if not (actor.is_admin or turn.owner == actor.qualified):
+        return "The answer in progress was asked for by someone else, so I left it running."
+    stop_turn(req.deps, req.session_key, job_id=turn.job_id)
+    return "⏹️ Stopping the answer in progress."
+
+
+def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
+    numbered = {r.run_id: i for i, r in enumerate(runs, start=1)}
+    unfinished = [r for r in runs if not r.status.terminal]
+    if not unfinished:
+        return "Nothing to stop: no subagent is queued or running here."
+    allowed, refused = partition(actor_of(req), unfinished)
+    by = _by(req)
+    stopped = [r for r in allowed if stop_run(req.deps, r.run_id, by=by).ended]
+    lines = []
+    if stopped:
+        lines.append(f"⏹️ Stopped {len(stopped)}: {_numbers(stopped, numbered)}.")
+    if refused:
+        lines.append(
+            f"Skipped {len(refused)} started by someone else ({_numbers(refused, numbered)}): "
+            "only an admin or the person who started a run can stop it."
+        )
+    if not stopped and not refused:
+        lines.append("Those runs had just ended; nothing left to stop.")
+    return "\n".join(lines)
+
+
+def _stop_one(req: CommandRequest, found: Resolution) -> str:
+    run = found.run
+    assert run is not None
+    name = f"subagent {found.number} · {run_name(run)}"
+    if run.status.terminal:
+        return f"{name.capitalize()} already ended ({run.status.value}); nothing to stop."
+    decision = may_control(actor_of(req), run, verb="stop")
+    if not decision.allowed:
+        return f"I can't stop {name}: {decision.reason}"
+    result = stop_run(req.deps, run.run_id, by=_by(req))
+    if not result.ended:
+        return f"{name.capitalize()} ended on its own just now; nothing to stop."
+    return f"⏹️ Stopped {name} (`{run.run_id[:8]}`). Its announce follows."
+
+
+def _send(req: CommandRequest, found: Resolution, message: str) -> str:
+    run = found.run
+    assert run is not None
+    name = f"subagent {found.number} · {run_name(run)}"
+    decision = may_control(actor_of(req), run, verb="send to")
+    if not decision.allowed:
+        return f"I can't send to {name}: {decision.reason}"
+    result = send(req.deps, run, message, requester=actor_of(req).qualified)
+    if result.outcome is SendOutcome.STEERED:
+        return f"📨 Sent to {name}; it reads your message before its next step."
+    if result.outcome is SendOutcome.ARCHIVED:
+        return (
+            f"{name.capitalize()} has ended and its session is archived, so it can't take a "
+            "follow-up. Ask me for a new task instead."
+        )
+    return (
+        f"↪️ {name.capitalize()} had ended ({run.status.value}), so I started a follow-up on "
+        f"the same session: run `{result.run.run_id[:8]}` (now `#1` in the list). Its answer "
+        "will be announced here."
+    )
+
+
+def _info(req: CommandRequest, found: Resolution) -> str:
+    run = found.run
+    assert run is not None
+    deps = req.deps
+    archive_at = deps.redis.zscore(deps.keys.archive_due, run.run_id)
+    return render_info(
+        run,
+        number=found.number,
+        now=time.time(),
+        transcript_ref=transcript_key(deps, run),
+        archive_at=float(archive_at) if archive_at is not None else None,
+    )
+
+
+def _log(req: CommandRequest, found: Resolution, parsed: SubagentsRequest) -> str:
+    run = found.run
+    assert run is not None
+    key = transcript_key(req.deps, run)
+    last = LOG_SCAN if parsed.tools_only else parsed.limit
+    raw = req.deps.redis.lrange(key, -last, -1)
+    messages = [json.loads(item) for item in raw]
+    return render_log(
+        run,
+        number=found.number,
+        messages=messages,
+        limit=parsed.limit,
+        tools_only=parsed.tools_only,
+    )
+
+
+def actor_of(req: CommandRequest) -> Actor:
+    return Actor(
+        platform=req.inbound.thread.platform,
+        user_id=req.inbound.sender.user_id,
+        admins=req.deps.settings.admins,
+    )
+
+
+def _by(req: CommandRequest) -> str:
+    actor = actor_of(req)
+    name = req.inbound.sender.display_name
+    return f"{name} ({actor.qualified})" if name and name != actor.user_id else actor.qualified
+
+
+def _numbers(runs: list[RunRecord], numbered: dict[str, int]) -> str:
+    return ", ".join(f"#{numbered[r.run_id]}" for r in runs)
+
+
+def _scope_name(req: CommandRequest) -> str:
+    return "this channel" if channel_scope(req.inbound.thread) else "this thread"
+
+
+def register(router: CommandRouter) -> None:
+    """Add ``/subagents`` and ``/stop`` to ``router``."""
+    router.register("subagents", handle_subagents)
+    router.register("stop", handle_stop)

@@ -1,0 +1,141 @@
+"""``/subagents send``: steer a running run, or continue a finished one with a follow-up.
+
+A follow-up is a new run (new run id, number and job) on the SAME child session key and
+transcript, so the subagent continues its own conversation: when a run starts and its
+transcript already holds messages, :func:`continuation` rebuilds the context from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bot.agent.spawn import enqueue_run
+from bot.control import is_archived
+from bot.deps import Deps
+from bot.types import RunRecord, RunStatus
+
+MAX_RESUMED_MESSAGES = 200
+
+
+class SendOutcome(enum.StrEnum):
+    STEERED = "steered"
+    FOLLOW_UP = "follow_up"
+    ARCHIVED = "archived"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SendResult:
+    """What ``send`` did.
+
+    Attributes:
+        outcome: steered (into a running run), follow_up (a new run) or archived (refused).
+        run: The run that got the message: the running one, or the new follow-up.
+    """
+
+    outcome: SendOutcome
+    run: RunRecord
+
+
+def send(deps: Deps, record: RunRecord, message: str, *, requester: str) -> SendResult:
+    """Deliver ``message`` to ``record``'s child session; ``requester`` is ``platform:user``."""
+    record = deps.runs.get(record.run_id) or record
+    target = _live_run(deps, record) or record
+    if not target.status.terminal:
+        deps.runs.push_inbox(target.run_id, message)
+        fresh = deps.runs.get(target.run_id)
+        if fresh is None or not fresh.status.terminal:
+            return SendResult(outcome=SendOutcome.STEERED, run=target)
+        # It ended while we wrote: take the message back (unless it already read it).
+        if message not in deps.runs.drain_inbox(target.run_id):
+            return SendResult(outcome=SendOutcome.STEERED, run=target)
+        target = fresh
+    if is_archived(deps, target):
+        return SendResult(outcome=SendOutcome.ARCHIVED, run=target)
+    return SendResult(
+        outcome=SendOutcome.FOLLOW_UP, run=follow_up(deps, target, message, requester=requester)
+    )
+
+
+def _live_run(deps: Deps, record: RunRecord) -> RunRecord | None:
+    """The unfinished run on ``record``'s child session, if one is (a newer follow-up)."""
+    if not record.status.terminal:
+        return record
+    for run in deps.runs.session_runs(record.session_key):
+        if run.child_session_key == record.child_session_key and not run.status.terminal:
+            return run
+    return None
+
+
+def follow_up(deps: Deps, record: RunRecord, message: str, *, requester: str) -> RunRecord:
+    """Record and enqueue a new run continuing ``record``'s child session with ``message``."""
+    run_id = uuid.uuid4().hex
+    new = dataclasses.replace(
+        record,
+        run_id=run_id,
+        job_id=run_id,
+        seq=deps.runs.next_seq(record.session_key),
+        requester=requester,
+        task=message,
+        status=RunStatus.QUEUED,
+        created_at=time.time(),
+        started_at=None,
+        ended_at=None,
+        result="",
+        notes="",
+        prompt_tokens=0,
+        completion_tokens=0,
+        cost_usd=None,
+        warnings=(),
+        archived_at=None,
+    )
+    deps.runs.create(new)
+    siblings = [
+        r.run_id
+        for r in deps.runs.session_runs(record.session_key)
+        if r.child_session_key == record.child_session_key and r.run_id != run_id
+    ]
+    # The session lives on: the earlier runs' archive dates no longer apply; the follow-up's
+    # own finalize schedules the archive of the shared transcript.
+    deps.redis.zrem(deps.keys.archive_due, *siblings)
+    enqueue_run(deps, new)
+    return new
+
+
+def continuation(prior: Sequence[Mapping[str, Any]], task: str) -> list[dict[str, Any]]:
+    """Context of a follow-up (pure): the earlier transcript, then ``task`` as a user turn.
+
+    Bookkeeping fields (``ts``) are dropped, and so is a trailing assistant tool call whose
+    results never arrived (the earlier run was stopped mid-call), which the API rejects.
+    The system message is kept; the middle is trimmed to the last messages.
+    """
+    messages = [{k: v for k, v in m.items() if k != "ts"} for m in prior]
+    messages = messages[: _complete_prefix(messages)]
+    if len(messages) > MAX_RESUMED_MESSAGES:
+        head = messages[:1] if messages and messages[0].get("role") == "system" else []
+        tail = messages[-(MAX_RESUMED_MESSAGES - len(head)) :]
+        while tail and tail[0].get("role") == "tool":
+            tail = tail[1:]
+        messages = head + tail
+    return [*messages, {"role": "user", "content": task}]
+
+
+def _complete_prefix(messages: Sequence[Mapping[str, Any]]) -> int:
+    """Length of the longest prefix in which every tool call has its result."""
+    good = 0
+    pending: set[str] = set()
+    for i, message in enumerate(messages):
+        if message.get("role") == "tool":
+            pending.discard(str(message.get("tool_call_id", "")))
+        else:
+            if pending:
+                return good
+            pending = {str(c.get("id", "")) for c in message.get("tool_calls") or ()}
+        if not pending:
+            good = i + 1
+    return good

@@ -1,0 +1,145 @@
+"""``fanbot subagents list|info|stop``: the operators' view of runs, straight from Redis.
+
+Works for any session, without chat access. Exit codes: 0 done, 1 no such run (or an
+ambiguous prefix), 2 bad configuration or Redis unreachable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, cast
+
+import redis
+import typer
+
+from bot.commands.render import render_info, run_name, timing
+from bot.commands.resolve import MIN_PREFIX
+from bot.config import load_settings
+from bot.control import stop_run, transcript_key
+from bot.deps import Deps
+from bot.errors import ConfigError
+from bot.types import RunRecord
+
+app = typer.Typer(
+    name="subagents",
+    help="Inspect and stop subagent runs of any session (reads FANBOT_REDIS_URL).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+OPERATOR = "an operator (fanbot subagents stop)"
+
+
+@contextmanager
+def _deps() -> Iterator[Deps]:
+    try:
+        settings = load_settings()
+    except (ConfigError, ValueError) as exc:  # pydantic-settings' SettingsError: bad JSON in env
+        typer.echo(f"fanbot: invalid configuration: {exc}", err=True)
+        raise typer.Exit(2) from None
+    deps = Deps.build(settings, client=redis.Redis.from_url(settings.redis_url, socket_timeout=5))
+    try:
+        deps.redis.ping()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        deps.close()
+        typer.echo(f"fanbot: cannot reach Redis at FANBOT_REDIS_URL ({exc})", err=True)
+        raise typer.Exit(2) from None
+    try:
+        yield deps
+    finally:
+        deps.close()
+
+
+def find_run(deps: Deps, token: str) -> RunRecord | str:
+    """A run by full id or unique prefix (at least 4 characters); else an error text."""
+    token = token.strip().lower()
+    exact = deps.runs.get(token) if token else None
+    if exact is not None:
+        return exact
+    if len(token) < MIN_PREFIX:
+        return f"'{token}' is too short: give a run id or a prefix of {MIN_PREFIX}+ characters"
+    hits = [
+        i
+        for raw in cast("list[bytes]", deps.redis.zrange(deps.keys.all_runs, 0, -1))
+        if (i := raw.decode()).startswith(token)
+    ]
+    if not hits:
+        return f"no run id starts with '{token}'"
+    if len(hits) > 1:
+        return f"'{token}' matches {len(hits)} runs: {', '.join(h[:12] for h in hits[:8])}"
+    record = deps.runs.get(hits[0])
+    return record if record is not None else f"run {hits[0]} has no record"
+
+
+def _plain(text: str) -> str:
+    return text.replace("**", "").replace("`", "")
+
+
+@app.command("list")
+def list_runs(
+    session: Annotated[
+        str | None, typer.Option(help="Only runs spawned from this requester session key.")
+    ] = None,
+    all_runs: Annotated[bool, typer.Option("--all", help="Include ended runs.")] = False,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 50,
+) -> None:
+    """Runs, newest first: unfinished ones, or every recent one with --all."""
+    with _deps() as deps:
+        if session:
+            runs = deps.runs.session_runs(session)
+        elif all_runs:
+            ids = cast("list[bytes]", deps.redis.zrevrange(deps.keys.all_runs, 0, limit - 1))
+            runs = deps.runs.get_many(i.decode() for i in ids)
+        else:
+            runs = sorted(deps.runs.get_many(deps.runs.active_ids()), key=lambda r: -r.created_at)
+        if not all_runs:
+            runs = [r for r in runs if not r.status.terminal]
+        runs = runs[:limit]
+        if not runs:
+            hint = "" if all_runs else " (--all includes ended runs)"
+            typer.echo(f"no runs{hint}")
+            return
+        now = time.time()
+        for r in runs:
+            typer.echo(
+                f"{r.run_id[:12]}  {r.status.value:<8} #{r.seq:<3} {timing(r, now):<24} "
+                f"{r.session_key}  {run_name(r)}"
+            )
+
+
+@app.command()
+def info(run: Annotated[str, typer.Argument(help="Run id or unique prefix.")]) -> None:
+    """Everything about one run."""
+    with _deps() as deps:
+        found = find_run(deps, run)
+        if isinstance(found, str):
+            typer.echo(f"fanbot: {found}", err=True)
+            raise typer.Exit(1)
+        archive_at = deps.redis.zscore(deps.keys.archive_due, found.run_id)
+        text = render_info(
+            found,
+            number=found.seq,
+            now=time.time(),
+            transcript_ref=transcript_key(deps, found),
+            archive_at=float(archive_at) if archive_at is not None else None,
+        )
+        typer.echo(_plain(text) + f"\n• Session: {found.session_key}")
+
+
+@app.command()
+def stop(run: Annotated[str, typer.Argument(help="Run id or unique prefix.")]) -> None:
+    """Stop one run (flag, cancel or finalize, hard stop), as /subagents stop does."""
+    with _deps() as deps:
+        found = find_run(deps, run)
+        if isinstance(found, str):
+            typer.echo(f"fanbot: {found}", err=True)
+            raise typer.Exit(1)
+        if found.status.terminal:
+            typer.echo(f"run {found.run_id[:12]} already ended ({found.status.value})")
+            return
+        result = stop_run(deps, found.run_id, by=OPERATOR)
+        verdict = "stopped" if result.ended else "had just ended on its own"
+        hard = " (hard stop sent to its worker)" if result.hard_stop_sent else ""
+        typer.echo(f"run {found.run_id[:12]} {verdict}{hard}")

@@ -1,0 +1,234 @@
+"""``/subagents`` grammar and the list/info/log answers (pure, table-driven)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from bot.commands.parse import parse_command
+from bot.commands.render import EMPTY_LIST, log_line, render_info, render_list, render_log
+from bot.commands.subagents import USAGE, SubagentsRequest, parse_subagents
+from bot.followup import continuation
+from bot.types import Cleanup, RunRecord, RunStatus, ThreadRef
+
+NOW = 1_700_000_000.0
+THREAD = ThreadRef(platform="console", account="local", chat="c", thread="t")
+
+
+def run(run_id: str, status: RunStatus, **kw: Any) -> RunRecord:
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "seq": 1,
+        "session_key": "agent:main:console:c:thread:t",
+        "child_session_key": f"agent:main:subagent:{run_id}",
+        "session_id": "sid-" + run_id,
+        "thread": THREAD,
+        "requester": "console:alice",
+        "agent_id": "main",
+        "subagent_type": "researcher",
+        "task": "Find out everything about the thing",
+        "model": "fake-model",
+        "status": status,
+        "created_at": NOW - 300,
+    }
+    values.update(kw)
+    return RunRecord(**values)
+
+
+PARSE_OK = [
+    ("/subagents", SubagentsRequest(action="list")),
+    ("/subagents list", SubagentsRequest(action="list")),
+    ("/subagents LIST", SubagentsRequest(action="list")),
+    ("/subagents help", SubagentsRequest(action="help")),
+    ("/subagents info #2", SubagentsRequest(action="info", target="#2")),
+    ("/subagents log 1", SubagentsRequest(action="log", target="1", limit=20)),
+    ("/subagents log 1 50", SubagentsRequest(action="log", target="1", limit=50)),
+    ("/subagents log 1 tools", SubagentsRequest(action="log", target="1", tools_only=True)),
+    ("/subagents log last 5 tools", SubagentsRequest(action="log", target="last", limit=5, tools_only=True)),
+    ("/subagents log 1 TOOLS 7", SubagentsRequest(action="log", target="1", limit=7, tools_only=True)),
+    ("/subagents log 1 999", SubagentsRequest(action="log", target="1", limit=200)),
+    ("/subagents send 1 hello world", SubagentsRequest(action="send", target="1", message="hello world")),
+    ("/subagents send abcd  look at  B\nthen C", SubagentsRequest(action="send", target="abcd", message="look at  B\nthen C")),
+    ("/subagents stop 3", SubagentsRequest(action="stop", target="3")),
+    ("/subagents stop all", SubagentsRequest(action="stop", target="all")),
+    ("/subagents list whatever", SubagentsRequest(action="list")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "expected"), PARSE_OK)
+def test_well_formed_requests(text: str, expected: SubagentsRequest) -> None:
+    command = parse_command(text)
+    assert command is not None
+    assert parse_subagents(command) == expected
+
+
+PARSE_BAD = [
+    ("/subagents frobnicate", "I don't know `/subagents frobnicate`."),
+    ("/subagents stop", "`/subagents stop` needs an id."),
+    ("/subagents info", "`/subagents info` needs an id."),
+    ("/subagents log", "`/subagents log` needs an id."),
+    ("/subagents send", "`/subagents send` needs an id."),
+    ("/subagents send 1", "`/subagents send 1` needs a message to send."),
+    ("/subagents send 1    ", "`/subagents send 1` needs a message to send."),
+    ("/subagents log 1 -5", "`-5` is not a valid log limit: use a number from 1 to 200"),
+    ("/subagents log 1 0", "`0` is not a valid log limit"),
+    ("/subagents log 1 ten", "`ten` is not a valid log limit"),
+    ("/subagents log 1 99999999999", "`99999999999` is not a valid log limit"),
+    ("/subagents log 1 ١٢", "is not a valid log limit"),
+    ("/subagents stop 1 2", "`/subagents stop` takes one id"),
+    ("/subagents info 1 2", "`/subagents info` takes one id"),
+    ("/subagents `x`", "I don't know `/subagents 'x'`."),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), PARSE_BAD)
+def test_garbage_gets_usage_never_an_exception(text: str, message: str) -> None:
+    command = parse_command(text)
+    assert command is not None
+    answer = parse_subagents(command)
+    assert isinstance(answer, str)
+    assert message in answer
+    if "log limit" not in message:
+        assert USAGE in answer
+
+
+def test_list_has_counts_numbers_and_every_field() -> None:
+    runs = [
+        run("aaaa1111bbbb", RunStatus.RUNNING, started_at=NOW - 62, label="Django research"),
+        run("cccc2222dddd", RunStatus.QUEUED, created_at=NOW - 5, task="x " * 100),
+        run("eeee3333ffff", RunStatus.SUCCESS, started_at=NOW - 200, ended_at=NOW - 120),
+    ]
+    text = render_list(runs, now=NOW)
+    lines = text.splitlines()
+    assert lines[0] == "**Subagents in this thread** — 2 active · 1 done"
+    assert lines[1] == (
+        "1. 🏃 running · Django research · running for 1m02s · `aaaa1111` · "
+        "`agent:main:subagent:aaaa1111bbbb`"
+    )
+    assert lines[2].startswith("2. ⏳ queued · x x x")
+    name = lines[2].split(" · ")[1]
+    assert len(name) == 72 and name.endswith("…")
+    assert "waiting for 5s" in lines[2]
+    assert lines[3].startswith(
+        "3. ✅ success · Find out everything about the thing · took 1m20s, 2m00s ago"
+    )
+
+
+def test_empty_list_is_friendly() -> None:
+    assert render_list([], now=NOW) == EMPTY_LIST
+    assert render_list([], now=NOW, scope="this channel") == EMPTY_LIST
+
+
+def test_info_lists_every_field() -> None:
+    record = run(
+        "aaaa1111bbbb",
+        RunStatus.STOPPED,
+        label="L",
+        started_at=NOW - 100,
+        ended_at=NOW - 40,
+        prompt_tokens=2400,
+        completion_tokens=700,
+        cost_usd=0.0012,
+        cleanup=Cleanup.KEEP,
+        thinking="low",
+        result="partial answer",
+        notes="stopped by alice (console:alice) after 1m00s",
+    )
+    text = render_info(
+        record, number=2, now=NOW, transcript_ref="fanbot:transcript:sid", archive_at=NOW + 3600
+    )
+    for needle in (
+        "**Subagent 2** · ⏹️ stopped · L",
+        "• Task: Find out everything about the thing",
+        "• Run id: `aaaa1111bbbb`",
+        "• Child session: `agent:main:subagent:aaaa1111bbbb`",
+        "• Session id: `sid-aaaa1111bbbb`",
+        "• Transcript: `fanbot:transcript:sid`",
+        "• Type: researcher · Model: `fake-model` · thinking low",
+        "• Created: 2023-11-14 22:08:20 UTC (5m00s ago)",
+        "• Started: 2023-11-14 22:11:40 UTC (1m40s ago)",
+        "• Ended: 2023-11-14 22:12:40 UTC (40s ago)",
+        "• Runtime: 1m00s",
+        "• Tokens: 3.1k (in 2.4k / out 700) · Cost: est $0.0012",
+        "• Cleanup: keep · Archive: due 2023-11-14 23:13:20 UTC (in 1h00m)",
+        "• Outcome: stopped",
+        "• Result: partial answer",
+        "• Notes: stopped by alice",
+    ):
+        assert needle in text, needle
+
+
+def test_info_of_a_running_and_an_archived_run() -> None:
+    active = render_info(
+        run("a", RunStatus.RUNNING, started_at=NOW - 10, result="so far"),
+        number=1, now=NOW, transcript_ref="t", archive_at=None,
+    )  # fmt: skip
+    assert "• Runtime: 10s so far" in active and "• Progress: so far" in active
+    assert "Archive: after it ends" in active and "Outcome" not in active
+    archived = render_info(
+        run("b", RunStatus.ERROR, ended_at=NOW - 5, archived_at=NOW - 1, notes="boom"),
+        number=1, now=NOW, transcript_ref="t.deleted.1", archive_at=None,
+    )  # fmt: skip
+    assert "Archive: archived" in archived and "• Error: boom" in archived
+    assert "• Started: —" in archived and "Runtime: not started" in archived
+
+
+TRANSCRIPT: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a researcher."},
+    {"role": "user", "content": "Find it"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "function": {"name": "calculate", "arguments": '{"expression": "2*3"}'}}],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "6"},
+    {"role": "assistant", "content": "It is `6`.\nDone."},
+]  # fmt: skip
+
+
+def test_log_shows_the_last_messages() -> None:
+    text = render_log(
+        run("a", RunStatus.SUCCESS), number=1, messages=TRANSCRIPT, limit=2, tools_only=False
+    )
+    lines = text.splitlines()
+    assert lines[0].endswith("— last 2 of 5 messages")
+    assert lines[1:] == ["• **tool**: 6", "• **assistant**: It is '6'. Done."]
+
+
+def test_log_tools_filter_keeps_calls_and_results() -> None:
+    text = render_log(
+        run("a", RunStatus.SUCCESS), number=1, messages=TRANSCRIPT, limit=20, tools_only=True
+    )
+    assert text.splitlines()[1:] == [
+        '• **assistant**: 🔧 calculate(expression="2*3")',
+        "• **tool**: 6",
+    ]
+    assert "last 2 of 2 tool messages" in text
+
+
+def test_log_of_an_empty_transcript() -> None:
+    text = render_log(run("a", RunStatus.QUEUED), number=3, messages=[], limit=20, tools_only=False)
+    assert text.endswith("(nothing yet)") and "subagent 3" in text
+
+
+def test_log_lines_are_bounded() -> None:
+    line = log_line({"role": "assistant", "content": "word " * 1000})
+    assert len(line) < 450 and line.endswith("…")
+
+
+def test_continuation_resumes_the_transcript_without_dangling_tool_calls() -> None:
+    prior = [{**m, "ts": 1.0} for m in TRANSCRIPT]
+    dangling = {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "function": {}}]}
+    messages = continuation([*prior, dangling], "and now in French")
+    assert messages[:-1] == TRANSCRIPT  # ts dropped, the unanswered call dropped
+    assert messages[-1] == {"role": "user", "content": "and now in French"}
+
+
+def test_continuation_trims_long_sessions_but_keeps_the_system_prompt() -> None:
+    prior: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
+    prior += [{"role": "user", "content": f"m{i}"} for i in range(500)]
+    messages = continuation(prior, "next")
+    assert messages[0]["content"] == "sys" and len(messages) == 201
+    assert re.fullmatch(r"m\d+", messages[1]["content"]) and messages[-2]["content"] == "m499"

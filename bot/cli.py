@@ -53,6 +53,8 @@ def console(
 
     settings = _settings()
     _log_to(settings, settings.state_dir / "console.log")
+    # A shell may start us with SIGINT ignored; Ctrl-C must still shut everything down.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         code = asyncio.run(run_console(settings, workers=workers, external_redis=external_redis))
     except KeyboardInterrupt:

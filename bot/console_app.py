@@ -77,6 +77,21 @@ async def wait_idle(
     return False
 
 
+async def _interrupted_before(done: asyncio.Event) -> bool:
+    """Wait for ``done`` or SIGTERM (SIGINT arrives as KeyboardInterrupt via asyncio.run)."""
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, interrupted.set)
+    waiters = [asyncio.create_task(done.wait()), asyncio.create_task(interrupted.wait())]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waiters:
+            task.cancel()
+        loop.remove_signal_handler(signal.SIGTERM)
+    return interrupted.is_set()
+
+
 async def run_console(
     settings: Settings,
     *,
@@ -113,7 +128,9 @@ async def run_console(
             file=out,
             flush=True,
         )
-        await channel.eof.wait()
+        if await _interrupted_before(channel.eof):
+            print("(interrupted; shutting down)", file=out, flush=True)
+            return 130
         limit = settings.subagents.run_timeout_seconds + settings.turn_timeout_seconds
         if not await wait_idle(gateway, channel, settings, limit):
             print("(gave up waiting for unfinished runs)", file=out, flush=True)

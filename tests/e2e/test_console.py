@@ -1,0 +1,73 @@
+"""`fanbot console` as a user runs it: piped input, the offline model, clean exit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from bot.testing.stack import hermetic_env
+
+
+def console(state: Path, **kw: object) -> subprocess.Popen[str]:
+    env = hermetic_env({"state_dir": str(state)})
+    return subprocess.Popen(
+        [sys.executable, "-c", "from bot.cli import main; main()", "console", "--workers", "3"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+def descendants_alive(pid: int) -> list[int]:
+    return [p.pid for p in psutil.process_iter() if _started_by(p, pid)]
+
+
+def _started_by(proc: psutil.Process, pid: int) -> bool:
+    try:
+        return str(pid) in " ".join(proc.cmdline()) and "--parent-pid" in proc.cmdline()
+    except psutil.Error:
+        return False
+
+
+def test_piped_console_fans_out_announces_and_exits(tmp_path: Path) -> None:
+    proc = console(tmp_path / "state")
+    out, _ = proc.communicate("hi\ncompare redis streams and kafka for an outbox\n", timeout=90)
+    assert proc.returncode == 0, out
+    assert "OFFLINE SCRIPTED DEMO MODEL" in out
+    assert "fanbot › Hi! I'm fanbot" in out
+    assert "fanbot › Started 3 subagents" in out
+    for label in ("Research", "Outline", "Review"):
+        assert f'"{label}" (general-purpose) finished' in out
+    assert out.count("Status: success") == 3
+    assert "⏳ Subagent #" in out  # progress status lines
+    assert (tmp_path / "state" / "redis" / "appendonlydir").exists() or any(
+        (tmp_path / "state" / "redis").glob("*.aof")
+    )
+    time.sleep(0.5)
+    assert descendants_alive(proc.pid) == []
+
+
+def test_ctrl_c_shuts_everything_down(tmp_path: Path) -> None:
+    proc = console(tmp_path / "state")
+    assert proc.stdout is not None
+    while "type a message" not in proc.stdout.readline():
+        assert proc.poll() is None
+    os.kill(proc.pid, signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode == 130
+    time.sleep(0.5)
+    assert descendants_alive(proc.pid) == []
+    redis_alive = [
+        p for p in psutil.process_iter(["cmdline"])
+        if "redis-server" in " ".join(p.info["cmdline"] or []) and str(tmp_path) in " ".join(p.info["cmdline"] or [])
+    ]  # fmt: skip
+    assert redis_alive == []

@@ -18,6 +18,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -297,6 +298,8 @@ def load_settings(**overrides: Any) -> Settings:
             )
     try:
         settings = Settings(**overrides)
+    except SettingsError as exc:  # e.g. a complex value that is not valid JSON
+        raise ConfigError(f"invalid configuration: {exc}") from None
     except ValidationError as exc:
         lines = [f"{_env_name(err['loc'])}: {err['msg']}" for err in exc.errors()]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None

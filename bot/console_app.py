@@ -48,14 +48,19 @@ def start_workers(env: dict[str, str], count: int, log_path: Path) -> subprocess
         log_file.close()
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """SIGTERM the process group (launcher and its workers), SIGKILL it after ``timeout``."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        log.warning("workers did not stop within %.0fs; killing them", timeout)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 async def wait_idle(

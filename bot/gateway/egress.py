@@ -42,6 +42,13 @@ class Entry:
     lane: str
 
 
+def reraise_if_cancelling() -> None:
+    """redis-py may turn a cancelled blocking read into ConnectionError; keep the cancel."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 def backoff(attempt: int, *, base: float, cap: float) -> float:
     """Exponential backoff: base, 2·base, 4·base … capped (attempt counts from 1)."""
     return float(min(cap, base * 2 ** (attempt - 1)))
@@ -109,6 +116,7 @@ class Egress:
             except asyncio.CancelledError:
                 raise
             except (aioredis.ConnectionError, aioredis.TimeoutError, OSError) as exc:
+                reraise_if_cancelling()
                 log.warning("egress lost Redis (%s); retrying", type(exc).__name__)
                 await asyncio.sleep(1.0)
 

@@ -19,6 +19,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from bot.errors import DeliveryError
+from bot.gateway.egress import reraise_if_cancelling
 from bot.keys import Keys
 from bot.ports import ChannelAdapter
 from bot.types import Outbound, OutboundKind, ThreadRef
@@ -80,6 +81,7 @@ class ProgressRenderer:
                     {self.keys.progress: last_id}, count=200, block=1000
                 )
             except (aioredis.ConnectionError, aioredis.TimeoutError, OSError):
+                reraise_if_cancelling()
                 await asyncio.sleep(1.0)
                 continue
             for _stream, entries in replies or []:

@@ -135,11 +135,11 @@ class Gateway:
                 await adapter.stop()
         if self._http:
             await self._http.cleanup()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        pending = set(self._tasks)
+        while pending:  # re-cancel: a loop may swallow one cancel inside a client library
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=2)
         await self.egress.close()
         await self.progress.close()
         await self.aredis.aclose()

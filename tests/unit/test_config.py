@@ -39,6 +39,7 @@ def test_a_bad_value_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("FANBOT_SUBAGENTS__THINKING", "ultra", "FANBOT_SUBAGENTS__THINKING"),
         ("FANBOT_ADMINS", '["nocolon"]', "FANBOT_ADMINS"),
+        ("FANBOT_ADMINS", "not json", "admins"),
         ("FANBOT_NOT_A_SETTING", "1", None),
     ],
 )

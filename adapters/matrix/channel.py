@@ -18,7 +18,6 @@ from typing import Any
 from aiohttp import ClientError
 from nio import (
     AsyncClient,
-    AsyncClientConfig,
     LocalProtocolError,
     MatrixRoom,
     MegolmEvent,
@@ -26,10 +25,9 @@ from nio import (
     SendRetryError,
     SyncResponse,
 )
-from nio.store import SqliteStore
 
 from adapters.matrix import convert
-from adapters.matrix.login import login
+from adapters.matrix.login import login, make_client
 from adapters.matrix.markup import Chunker, render, render_chunks, split_text
 from adapters.matrix.state import SessionFile, SessionState
 from bot.config import MatrixSettings
@@ -78,29 +76,10 @@ class MatrixChannel:
     def device_id(self) -> str:
         return self._session.device_id if self._session else ""
 
-    def _make_client(self) -> AsyncClient:
-        encrypted = self.settings.encryption
-        nio_dir = self.store_path / "nio"
-        nio_dir.mkdir(parents=True, exist_ok=True)
-        config = AsyncClientConfig(
-            # One 429 comes back to us as an error: the outbox owns retrying with Retry-After.
-            max_limit_exceeded=0,
-            max_timeouts=2,
-            encryption_enabled=encrypted,
-            store=SqliteStore,  # nio insists on a class even when encryption is off
-            store_sync_tokens=False,
-        )
-        return AsyncClient(
-            self.settings.homeserver or "",
-            self.settings.user_id or "",
-            store_path=str(nio_dir) if encrypted else "",
-            config=config,
-        )
-
     async def start(self, sink: InboundSink) -> None:
         """Log in, run one sync (history skipped on the very first start), start syncing."""
         self._sink = sink
-        client = self._client = self._make_client()
+        client = self._client = make_client(self.settings, self.store_path)
         try:
             self._session = await login(client, self.settings, self._file)
             self._file.save(self._session)
@@ -188,7 +167,9 @@ class MatrixChannel:
             allow = self.settings.allow_users
             if convert.may_join(inviter, allow_users=allow, join_any=self.settings.join_any_invite):
                 result = await client.join(room_id)
-                log.info("matrix: joined %s on invite from %s (%s)", room_id, inviter, result)
+                log.info(
+                    "matrix: join %s on invite from %s: %s", room_id, inviter, type(result).__name__
+                )
             elif room_id not in self._seen_invites:
                 self._seen_invites.add(room_id)
                 log.warning(
@@ -298,6 +279,7 @@ class MatrixChannel:
         except LocalProtocolError as exc:
             raise DeliveryError(f"matrix: cannot send to {room_id}: {exc}", permanent=True) from exc
         if isinstance(response, RoomSendResponse):
+            log.debug("matrix: sent %s to %s", response.event_id, room_id)
             return str(response.event_id)
         raise convert.delivery_error(
             errcode=response.status_code,

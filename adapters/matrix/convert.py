@@ -10,9 +10,11 @@ Thread mapping (DESIGN §3): a message inside a thread belongs to the thread roo
 session. A room-timeline message that addresses the bot starts a thread rooted at itself
 when ``thread_replies`` is on, and stays in the timeline (``thread=None``) when it is off.
 A timeline message that does not address the bot is still delivered, with
-``mentioned=False`` and ``thread=None``; the gateway's mention gating ignores it. In a DM
-(a room of two members) timeline messages stay in the timeline: the whole DM is the
-conversation.
+``mentioned=False`` and ``thread=None``; the gateway's mention gating ignores it. A command
+(``!subagents list``, ``/stop``...) is addressed to the bot by its syntax, so it counts as
+a mention, and it is answered where it was written (a command in the timeline opens no
+thread). In a DM (a room of two members) timeline messages stay in the timeline: the
+whole DM is the conversation.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from bot.types import Inbound, Platform, Sender, ThreadRef
 TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
 COMMANDS = ("subagents", "stop", "help")
 _BANG_COMMAND = re.compile(r"^!(" + "|".join(COMMANDS) + r")\b", re.IGNORECASE)
+_SLASH_COMMAND = re.compile(r"^/(" + "|".join(COMMANDS) + r")\b")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,10 +81,12 @@ def inbound_from_event(
         return None
     if "m.in_reply_to" in relates and not relates.get("is_falling_back"):
         body = strip_reply_fallback(body)
-    mentioned = is_mention(content, body, room)
     text = normalize_command(strip_mention(body, room))
+    command = is_command(text)
+    mentioned = command or is_mention(content, body, room)
+    opens_thread = mentioned and not command and not is_edit
     return Inbound(
-        thread=_thread_of(relates, event_id, room, mentioned=mentioned, is_edit=is_edit),
+        thread=_thread_of(relates, event_id, room, opens_thread=opens_thread),
         sender=Sender(
             user_id=sender,
             display_name=sender_name,
@@ -97,13 +102,13 @@ def inbound_from_event(
 
 
 def _thread_of(
-    relates: Mapping[str, Any], event_id: str, room: RoomContext, *, mentioned: bool, is_edit: bool
+    relates: Mapping[str, Any], event_id: str, room: RoomContext, *, opens_thread: bool
 ) -> ThreadRef:
     thread: str | None = None
     root = relates.get("event_id")
     if relates.get("rel_type") == "m.thread" and isinstance(root, str):
         thread = root
-    elif mentioned and room.thread_replies and not room.is_dm and not is_edit:
+    elif opens_thread and room.thread_replies and not room.is_dm:
         thread = event_id
     return ThreadRef(
         platform=Platform.MATRIX, account=room.bot_user_id, chat=room.room_id, thread=thread
@@ -143,6 +148,11 @@ def strip_reply_fallback(body: str) -> str:
     while index < len(lines) and lines[index].startswith(">"):
         index += 1
     return "\n".join(lines[index:]).lstrip("\n")
+
+
+def is_command(text: str) -> bool:
+    """A normalized fanbot command (``/subagents``, ``/stop``, ``/help``) starts the text."""
+    return _SLASH_COMMAND.match(text) is not None
 
 
 def normalize_command(text: str) -> str:

@@ -1,4 +1,4 @@
-"""Log the nio client in, reusing the device saved in the store path.
+"""Make the nio client and log it in, reusing the device saved in the store path.
 
 Order: a configured access token (``whoami`` tells the device); else the token a
 previous password login saved; else a password login that asks the server for the saved
@@ -9,14 +9,37 @@ identity).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
-from nio import AsyncClient, LoginResponse, WhoamiResponse
+from nio import AsyncClient, AsyncClientConfig, LoginResponse, WhoamiResponse
+from nio.store import SqliteStore
 
 from adapters.matrix.state import SessionFile, SessionState
 from bot.config import MatrixSettings
 from bot.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+
+def make_client(settings: MatrixSettings, store_path: Path) -> AsyncClient:
+    """A nio client for ``settings``; with encryption its key store lives in ``store_path``."""
+    encrypted = settings.encryption
+    nio_dir = store_path / "nio"
+    nio_dir.mkdir(parents=True, exist_ok=True)
+    config = AsyncClientConfig(
+        # One 429 comes back to us as an error: the outbox owns retrying with Retry-After.
+        max_limit_exceeded=0,
+        max_timeouts=2,
+        encryption_enabled=encrypted,
+        store=SqliteStore,  # nio insists on a class even when encryption is off
+        store_sync_tokens=False,
+    )
+    return AsyncClient(
+        settings.homeserver or "",
+        settings.user_id or "",
+        store_path=str(nio_dir) if encrypted else "",
+        config=config,
+    )
 
 
 async def login(client: AsyncClient, settings: MatrixSettings, store: SessionFile) -> SessionState:

@@ -136,6 +136,21 @@ def test_bang_commands_are_normalized(body: str, text: str) -> None:
     assert got is not None and got.text == text
 
 
+def test_a_command_addresses_the_bot_where_it_was_written() -> None:
+    timeline = inbound_from_event(
+        event({"msgtype": "m.text", "body": "!subagents list"}), room=GROUP
+    )
+    assert timeline is not None and timeline.mentioned and timeline.thread == where(None)
+    content = {
+        "msgtype": "m.text",
+        "body": "!stop",
+        "m.relates_to": {"rel_type": "m.thread", "event_id": "$root"},
+    }
+    inside = inbound_from_event(event(content), room=GROUP)
+    assert inside is not None and inside.mentioned and inside.thread == where("$root")
+    assert inside.text == "/stop"
+
+
 def test_reply_fallback_is_stripped() -> None:
     content = {
         "msgtype": "m.text",

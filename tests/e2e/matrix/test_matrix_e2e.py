@@ -95,7 +95,7 @@ async def test_threads_restart_mentions_and_commands(
             allow_users=[human.user.user_id],
         )  # fmt: skip
         adapter = build(Settings(**values))
-        async with Stack(values=values, adapters=[adapter], workers=2) as stack:
+        async with Stack(values=values, adapters=[adapter], workers=1) as stack:
             await human.wait_joined(room, bot_user.user_id)
             root_a = await human.send(room, "topic apples", mention=bot_user.user_id)
             root_b = await human.send(room, "topic bananas", mention=bot_user.user_id)
@@ -145,8 +145,12 @@ async def test_encrypted_room_announce_reaches_the_human_decrypted(
     make_human: Callable[[str], Human],
     tmp_path: Path,
 ) -> None:
-    human = make_human("ivan")
-    room = await human.create_room(invite=[bot_user.user_id], encrypted=True)
+    human, colleague = make_human("ivan"), make_human("judy")
+    # Three members: in a two-member room (a DM) the bot would answer in the timeline.
+    room = await human.create_room(
+        invite=[bot_user.user_id, colleague.user.user_id], encrypted=True
+    )
+    await colleague.join(room)
     async with FakeOpenAI(spawn_one(), models=["fake-model"]) as fake:
         values = matrix_values(
             redis_url, fake.base_url, synapse, bot_user, tmp_path / "bot",

@@ -14,7 +14,7 @@ from adapters.matrix import MatrixChannel
 from bot.errors import DeliveryError
 from bot.testing.synapse import MatrixUser, Synapse
 from bot.types import Outbound, OutboundKind, ThreadRef
-from tests.integration.matrix.conftest import Collector, Human, matrix_settings
+from tests.matrix_support import Collector, Human, matrix_settings
 
 
 async def start_bot(
@@ -190,6 +190,7 @@ async def test_dm_unmentioned_and_bang_commands(
     assert not by_id[chatter].mentioned and by_id[chatter].thread.thread is None
     assert not by_id[chatter].is_dm
     assert by_id[command].text == "/subagents list"
+    assert by_id[command].mentioned and by_id[command].thread.thread is None
 
 
 async def test_rate_limit_becomes_retry_after(

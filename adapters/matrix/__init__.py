@@ -17,14 +17,7 @@ def build(settings: Settings) -> MatrixChannel:
     """The Matrix adapter for ``settings`` (not started)."""
     matrix = settings.matrix
     store = Path(matrix.store_path) if matrix.store_path else settings.state_dir / "matrix"
-    chunker = None
-    try:
-        from bot.chunking import split_markdown
-    except ImportError:  # the shared markdown chunker is optional for this adapter
-        pass
-    else:
-        chunker = split_markdown
-    return MatrixChannel(settings=matrix, store_path=store, chunker=chunker)
+    return MatrixChannel(settings=matrix, store_path=store)
 
 
 __all__ = ["MatrixChannel", "build"]

@@ -28,8 +28,9 @@ from nio import (
 
 from adapters.matrix import convert
 from adapters.matrix.login import login, make_client
-from adapters.matrix.markup import Chunker, render, render_chunks, split_text
+from adapters.matrix.markup import Chunker, render, render_chunks
 from adapters.matrix.state import SessionFile, SessionState
+from bot.chunking import split_markdown
 from bot.config import MatrixSettings
 from bot.errors import DeliveryError
 from bot.ports import InboundSink
@@ -48,7 +49,8 @@ class MatrixChannel:
     Args:
         settings: The ``matrix`` section of the settings.
         store_path: Directory for ``session.json`` and, with encryption, nio's key store.
-        chunker: ``(markdown, limit) -> parts``; a paragraph splitter when omitted.
+        chunker: ``(markdown, *, limit) -> parts``; :func:`bot.chunking.split_markdown` by
+            default (keeps code fences balanced across parts).
     """
 
     platform = Platform.MATRIX.value
@@ -58,7 +60,7 @@ class MatrixChannel:
     ) -> None:
         self.settings = settings
         self.store_path = Path(store_path)
-        self.chunker = chunker or split_text
+        self.chunker: Chunker = chunker or split_markdown
         self._file = SessionFile(self.store_path)
         self._client: AsyncClient | None = None
         self._session: SessionState | None = None
@@ -227,7 +229,10 @@ class MatrixChannel:
         return self._client, self._session
 
     async def send(self, message: Outbound) -> list[str]:
-        """Post ``message`` into its room and thread; returns the event ids."""
+        """Post ``message`` into its room and thread; returns the event ids.
+
+        Matrix has no ephemeral messages, so ``ephemeral_to`` is posted like any reply.
+        """
         if message.edit_of:
             await self.edit(message.thread, message.edit_of, message.text)
             return [message.edit_of]

@@ -74,29 +74,7 @@ def _is_plain(html: str, body: str) -> bool:
     return "<" not in inner and html_lib.unescape(inner) == body
 
 
-def split_text(text: str, *, limit: int) -> list[str]:
-    """A simple chunker: paragraphs, then lines, then hard cuts, each at most ``limit``.
-
-    Used when no markdown-aware chunker is given.
-    """
-    text = text.strip()
-    chunks: list[str] = []
-    while len(text) > limit:
-        cut = text.rfind("\n\n", 0, limit + 1)
-        if cut <= 0:
-            cut = text.rfind("\n", 0, limit + 1)
-        if cut <= 0:
-            cut = text.rfind(" ", 0, limit + 1)
-        if cut <= 0:
-            cut = limit
-        chunks.append(text[:cut].rstrip())
-        text = text[cut:].lstrip()
-    if text or not chunks:
-        chunks.append(text)
-    return chunks
-
-
-def render_chunks(markdown: str, *, limit: int, chunker: Chunker = split_text) -> list[Rendered]:
+def render_chunks(markdown: str, *, limit: int, chunker: Chunker) -> list[Rendered]:
     """Split ``markdown`` to ``limit`` characters and render each part."""
     return [render(part) for part in chunker(markdown, limit=limit) if part.strip()] or [
         Rendered(body=markdown.strip() or "(empty)", html=None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.matrix.markup import Rendered, render, render_chunks, sanitize, split_text
+from adapters.matrix.markup import Rendered, render, render_chunks, sanitize
 
 
 @pytest.mark.parametrize("text", ["hello world", "a < b & c", "line1\nline2"])
@@ -36,13 +36,6 @@ def test_raw_html_and_script_links_never_reach_formatted_body() -> None:
 def test_sanitize_keeps_matrix_tags_only() -> None:
     dirty = '<p onclick="x">a</p><script>b</script><span data-mx-color="#f00" style="x">c</span>'
     assert sanitize(dirty) == '<p>a</p><span data-mx-color="#f00">c</span>'
-
-
-def test_split_text_respects_the_limit_and_keeps_words() -> None:
-    text = "\n\n".join(["word " * 30] * 5)
-    parts = split_text(text, limit=100)
-    assert all(len(part) <= 100 for part in parts)
-    assert " ".join(" ".join(parts).split()) == " ".join(text.split())
 
 
 def test_render_chunks_uses_the_given_chunker() -> None:

@@ -225,7 +225,7 @@ async def test_rate_limit_becomes_retry_after(
     assert event["content"]["body"] == failed
 
 
-async def test_status_message_is_edited_in_place(
+async def test_status_edits_and_long_replies_stay_in_the_thread(
     synapse: Synapse,
     bot_user: MatrixUser,
     make_human: Callable[[str], Human],
@@ -234,7 +234,12 @@ async def test_status_message_is_edited_in_place(
 ) -> None:
     human = make_human("heidi")
     adapter, _ = await start_bot(
-        synapse, bot_user, tmp_path / "bot", adapters, allow=[human.user.user_id]
+        synapse,
+        bot_user,
+        tmp_path / "bot",
+        adapters,
+        allow=[human.user.user_id],
+        max_message_chars=200,
     )
     room = await human.create_room(invite=[bot_user.user_id])
     await human.wait_joined(room, bot_user.user_id)
@@ -252,6 +257,11 @@ async def test_status_message_is_edited_in_place(
     original = await human.api("GET", f"/_matrix/client/v3/rooms/{room}/event/{status}")
     assert original["content"]["msgtype"] == "m.notice"
     assert status in await human.thread_event_ids(room, root)
+
+    long_text = "\n\n".join(f"paragraph {n} " + "word " * 30 for n in range(3))
+    parts = await adapter.send(Outbound(thread=where, text=long_text))
+    assert len(parts) >= 2
+    assert set(parts) <= await human.thread_event_ids(room, root)
 
 
 async def test_encrypted_room_round_trip(

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from adapters.matrix import MatrixChannel
 from bot.errors import DeliveryError
@@ -319,3 +320,27 @@ async def _wait_log(caplog: pytest.LogCaptureFixture, text: str, timeout: float 
             return False
         await asyncio.sleep(0.1)
     return True
+
+
+async def test_access_token_login_uses_the_tokens_device(
+    synapse: Synapse,
+    bot_user: MatrixUser,
+    make_human: Callable[[str], Human],
+    adapters: list[MatrixChannel],
+    tmp_path: Path,
+) -> None:
+    human = make_human("kim")
+    settings = matrix_settings(synapse, bot_user, allow=[human.user.user_id]).model_copy(
+        update={"password": None, "access_token": SecretStr(bot_user.access_token)}
+    )
+    adapter = MatrixChannel(settings=settings, store_path=tmp_path / "bot")
+    sink = Collector()
+    await adapter.start(sink)
+    adapters.append(adapter)
+    assert adapter.device_id == bot_user.device_id
+    room = await human.create_room(invite=[bot_user.user_id])
+    await human.wait_joined(room, bot_user.user_id)
+    sent = await human.send(room, "hi", mention=bot_user.user_id)
+    assert (await sink.wait_for(lambda i: i.message_id == sent)).text == "hi"
+    saved = (tmp_path / "bot" / "session.json").read_text()
+    assert bot_user.access_token not in saved  # a configured token is never written

@@ -38,7 +38,15 @@ def start_workers(env: dict[str, str], count: int, log_path: Path) -> subprocess
     log_file = log_path.open("ab")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "workers", "--count", str(count), "--parent-pid", str(os.getpid())],
+            [
+                sys.executable,
+                "-m",
+                "workers",
+                "--count",
+                str(count),
+                "--parent-pid",
+                str(os.getpid()),
+            ],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

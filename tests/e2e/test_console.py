@@ -57,13 +57,13 @@ def test_piped_console_fans_out_announces_and_exits(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_shuts_everything_down(tmp_path: Path) -> None:
-    proc = console(tmp_path / "state")
-    assert proc.stdout is not None
-    while "type a message" not in proc.stdout.readline():
-        assert proc.poll() is None
-    os.kill(proc.pid, signal.SIGINT)
-    proc.wait(timeout=60)
-    assert proc.returncode == 130
+    with console(tmp_path / "state") as proc:
+        assert proc.stdout is not None
+        while "type a message" not in proc.stdout.readline():
+            assert proc.poll() is None
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+        assert proc.returncode == 130
     time.sleep(0.5)
     assert descendants_alive(proc.pid) == []
     redis_alive = [

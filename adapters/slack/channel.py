@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,6 +38,7 @@ from bot.types import Inbound, Outbound, Platform, ThreadRef
 log = logging.getLogger(__name__)
 
 TYPING_TIMEOUT_SECONDS = 1.5
+REMEMBERED_SENDS = 1024
 _AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked"})
 
 
@@ -65,6 +67,9 @@ class SlackChannel:
         self._socket: AsyncSocketModeHandler | None = None
         self._sink: InboundSink | None = None
         self.identity: convert.BotIdentity | None = None
+        # Timestamps already posted per idempotency key, so the outbox retrying a split
+        # message (after a 429 on part 5, say) resumes there instead of reposting 1-4.
+        self._sent: OrderedDict[str, list[str]] = OrderedDict()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -199,8 +204,9 @@ class SlackChannel:
         client = self._require_client()
         parts = self._chunker(markup.to_mrkdwn(message.text), self._settings.max_message_chars)
         thread_ts = message.thread.thread or None
-        ids: list[str] = []
-        for part in parts:
+        key = message.idempotency_key
+        ids = list(self._sent.get(key, [])) if key else []
+        for part in parts[len(ids) :]:
             try:
                 if message.ephemeral_to:
                     resp = await client.chat_postEphemeral(
@@ -217,7 +223,15 @@ class SlackChannel:
                     ids.append(str(resp["ts"]))
             except TRANSIENT_EXCEPTIONS as exc:
                 raise delivery_error(exc, posted=len(ids)) from exc
+            if key:
+                self._remember(key, ids)
         return ids
+
+    def _remember(self, key: str, ids: list[str]) -> None:
+        self._sent[key] = list(ids)
+        self._sent.move_to_end(key)
+        while len(self._sent) > REMEMBERED_SENDS:
+            self._sent.popitem(last=False)
 
     async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
         """Replace a status message's text with ``chat.update`` (truncated to one part)."""

@@ -41,12 +41,13 @@ class Posted:
 
 @dataclass(kw_only=True)
 class Fault:
-    """An injected failure for the next ``times`` calls of one method."""
+    """An injected failure for ``times`` calls of one method, after ``after`` succeed."""
 
     status: int = 200
     error: str = "internal_error"
     retry_after: float | None = None
     times: int = 1
+    after: int = 0
 
 
 @dataclass(kw_only=True)
@@ -104,14 +105,22 @@ class WebApi:
         error: str | None = None,
         retry_after: float | None = 1,
         times: int = 1,
+        after: int = 0,
     ) -> None:
-        """Make the next ``times`` calls of ``method`` fail.
+        """Make ``times`` calls of ``method`` fail, once ``after`` more calls succeeded.
 
         ``status=429`` answers ``ratelimited`` with ``Retry-After``; a 5xx answers an HTML
-        error page; ``status=200`` answers ``{"ok": false, "error": error}``.
+        error page; ``status=200`` answers ``{"ok": false, "error": error}``. ``after``
+        lets a fault hit the middle of a multi-part send.
         """
         default = "ratelimited" if status == 429 else "internal_error"
-        fault = Fault(status=status, error=error or default, retry_after=retry_after, times=times)
+        fault = Fault(
+            status=status,
+            error=error or default,
+            retry_after=retry_after,
+            times=times,
+            after=after,
+        )
         self._faults.setdefault(method, []).append(fault)
 
     def calls_to(self, method: str) -> list[ApiCall]:
@@ -132,6 +141,9 @@ class WebApi:
         if not queue:
             return None
         fault = queue[0]
+        if fault.after > 0:
+            fault.after -= 1
+            return None
         fault.times -= 1
         if fault.times <= 0:
             queue.pop(0)

@@ -234,7 +234,7 @@ async def test_reply_in_thread_without_mention_continues_the_session(redis_url: 
         "echo: remember pineapple",
         "echo: what did I ask you to remember?",
     ]
-    first, second = env.main_requests()
+    _, second = env.main_requests()
     history = [(m["role"], m["content"]) for m in second.messages if m["role"] != "system"]
     assert history == [
         ("user", "U0HUMAN01: remember pineapple"),
@@ -266,7 +266,9 @@ async def test_retry_and_double_delivery_run_one_turn(redis_url: str) -> None:
     assert len(env.main_requests()) == 1
 
 
-async def test_http_mode_rejects_bad_requests_and_dedupes_retries(redis_url: str) -> None:
+async def test_http_mode_rejects_bad_requests_dedupes_retries_and_serves_commands(
+    redis_url: str,
+) -> None:
     port = free_port()
     async with running(
         redis_url,
@@ -289,11 +291,16 @@ async def test_http_mode_rejects_bad_requests_and_dedupes_retries(redis_url: str
         first = await slack.deliver_http(url, good)
         again = await slack.deliver_http(url, good, retry_num=1)
         assert (first.status, again.status) == (200, 200)
-        await env.stack.wait_for(lambda: len(slack.messages) == 1, timeout=30)
+        # The slash command carries no thread: answered by the router, ephemerally.
+        command = await slack.deliver_http(url, slack.command_body(text="list"), form=True)
+        assert command.status == 200
+        await env.stack.wait_for(lambda: len(slack.messages) == len(slack.ephemerals) == 1)
         await env.stack.wait_for(env.turns_idle)
         await env.stack.wait_for(env.drained)
     root = good["event"]["ts"]
     assert [(m.text, m.thread_ts) for m in slack.messages] == [("echo: over http", root)]
+    [answer] = slack.ephemerals
+    assert (answer.channel, answer.thread_ts, answer.ephemeral_to) == (CHANNEL, None, "U0HUMAN01")
     assert [spoken(r) for r in env.main_requests()] == ["over http"]
     assert env.turn_jobs() == 1
     assert slack.connections == 0  # HTTP mode opens no socket
@@ -318,26 +325,39 @@ async def test_rate_limited_post_is_delivered_after_retry_after_once(
 
 
 def big_result(target: int = 50_000) -> str:
-    """Prose paragraphs (``pNNN-LL`` lines) and code blocks (``cNNN-LL`` lines) in turns."""
+    """Prose paragraphs (``pNNN-LLL`` lines) and code blocks (``cNNN-LLL`` lines) in turns;
+    block 5 is longer than a message, so a cut inside a code block is exercised too."""
     pieces: list[str] = []
     block = 0
     while sum(map(len, pieces)) < target:
-        prose = [f"p{block:03d}-{i:02d} lorem ipsum dolor sit amet consectetur" for i in range(8)]
-        code = [f"c{block:03d}-{i:02d} = compute({i}, 'padding padding')" for i in range(30)]
+        prose = [f"p{block:03d}-{i:03d} lorem ipsum dolor sit amet consectetur" for i in range(8)]
+        code = [
+            f"c{block:03d}-{i:03d} = compute({i}, 'padding padding')"
+            for i in range(150 if block == 5 else 30)
+        ]
         pieces.append("\n".join(prose) + "\n\n```python\n" + "\n".join(code) + "\n```\n\n")
         block += 1
     return "".join(pieces).strip()
 
 
+@pytest.mark.parametrize("limited", [False, True], ids=["", "429-midway"])
 async def test_fifty_thousand_character_result_arrives_in_order_with_code_intact(
-    redis_url: str,
+    redis_url: str, limited: bool
 ) -> None:
     result = big_result()
     assert len(result) >= 50_000
-    expected = re.findall(r"[pc]\d{3}-\d{2}", result)
+    expected = re.findall(r"[pc]\d{3}-\d{3}", result)
     sub = lambda _r: Text(result, delay=0.1)  # noqa: E731
-    async with running(redis_url, model(sub), subagents={"max_result_chars": 60_000}) as env:
+    # 429-midway: the 7th post (after the reply, the status and five announce parts) is
+    # rate limited for longer than the client waits, so the outbox retries the announce;
+    # the parts already posted must not be posted again.
+    opts = {"rate_limit_wait_max_seconds": 0.5} if limited else {}
+    async with running(
+        redis_url, model(sub), slack=opts, subagents={"max_result_chars": 60_000}
+    ) as env:
         slack = env.slack
+        if limited:
+            slack.fail("chat.postMessage", status=429, retry_after=2, after=6)
         mention = slack.app_mention(text=f"{MENTION} spawn big")
         root = mention["ts"]
         await slack.push_event(mention)
@@ -357,13 +377,17 @@ async def test_fifty_thousand_character_result_arrives_in_order_with_code_intact
     assert "runtime " in parts[-1].text
     assert len(parts) >= 10
     assert all(len(p.text) <= 3_900 for p in parts)
-    assert re.findall(r"[pc]\d{3}-\d{2}", "\n".join(p.text for p in parts)) == expected
+    assert re.findall(r"[pc]\d{3}-\d{3}", "\n".join(p.text for p in parts)) == expected
+    posts = [c.status for c in slack.calls_to("chat.postMessage")]
+    assert posts == (
+        [200] * 6 + [429] + [200] * (len(parts) - 4) if limited else [200] * (len(parts) + 2)
+    )
     for part in parts:  # every part renders on its own: code lines inside fences, prose out
         inside = False
         for line in part.text.splitlines():
             if line.startswith("```"):
                 inside = not inside
-            elif re.match(r"[pc]\d{3}-\d{2}", line):
+            elif re.match(r"[pc]\d{3}-\d{3}", line):
                 assert inside == line.startswith("c"), (line, part.text[:200])
         assert not inside, "a part ends inside an open code block"
 

@@ -22,6 +22,7 @@ from rq.serializers import JSONSerializer
 
 from bot.config import Settings, load_settings
 from bot.deps import SUBAGENTS_QUEUE, TURNS_QUEUE, Deps, connect
+from workers import jobs
 from workers.callbacks import horse_killed
 from workers.maintenance import maintenance_loop
 
@@ -33,6 +34,7 @@ RESTART_BACKOFF = 1.0
 
 def run_single(settings: Settings, queues: Sequence[str], *, burst: bool = False) -> None:
     """Run one RQ worker in this process until it is told to stop."""
+    jobs.warm_up(settings)
     conn = connect(settings.redis_url)
     worker = Worker(
         [Queue(q, connection=conn, serializer=JSONSerializer) for q in queues],

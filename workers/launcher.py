@@ -32,8 +32,24 @@ DEFAULT_QUEUES = (TURNS_QUEUE, SUBAGENTS_QUEUE)
 RESTART_BACKOFF = 1.0
 
 
-def run_single(settings: Settings, queues: Sequence[str], *, burst: bool = False) -> None:
+def _exit_with_parent(parent_pid: int) -> None:
+    """Warm-stop this worker when its launcher is gone (a daemon thread; holds no locks)."""
+    while os.getppid() == parent_pid:
+        time.sleep(1.0)
+    log.warning("launcher %s is gone; stopping", parent_pid)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_single(
+    settings: Settings,
+    queues: Sequence[str],
+    *,
+    burst: bool = False,
+    parent_pid: int | None = None,
+) -> None:
     """Run one RQ worker in this process until it is told to stop."""
+    if parent_pid is not None:
+        threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     jobs.warm_up(settings)
     conn = connect(settings.redis_url)
     worker = Worker(
@@ -47,7 +63,10 @@ def run_single(settings: Settings, queues: Sequence[str], *, burst: bool = False
 
 def _spawn(queues: Sequence[str]) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "workers", "--single", "--queues", ",".join(queues)]
-    return subprocess.Popen(cmd, env=os.environ.copy())
+    cmd += ["--parent-pid", str(os.getpid())]
+    # Own session per worker: RQ kills a horse with killpg(getpgid(horse)); if that races the
+    # horse's own setpgrp, the group killed is the worker's, and it must not be ours.
+    return subprocess.Popen(cmd, env=os.environ.copy(), start_new_session=True)
 
 
 def run_pool(
@@ -111,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
     queues = [q for q in args.queues.split(",") if q]
     if args.single or args.burst:
-        run_single(settings, queues, burst=args.burst)
+        run_single(settings, queues, burst=args.burst, parent_pid=args.parent_pid)
         return 0
     return run_pool(
         settings,

@@ -74,7 +74,12 @@ class WorkerPool:
             cmd.append("--no-maintenance")
         with self.log_path.open("ab") as log:
             self.launcher = subprocess.Popen(
-                cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
+                cmd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
+                start_new_session=True,  # a process-group kill in RQ never reaches the test
             )
         return self
 

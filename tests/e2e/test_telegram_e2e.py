@@ -95,8 +95,15 @@ class Env:
             client.close()
 
     async def drained(self) -> bool:
-        assert self.stack.gateway is not None
-        return await self.stack.gateway.egress.drained()
+        """Every outbox entry acknowledged, and no lane task still inside a delivery.
+
+        The second half works around a shutdown hang: Egress.close() awaits its cancelled
+        lane tasks without bound, and a cancel landing while a lane finishes a delivery
+        can be swallowed (the task then waits in ``lane.get()`` forever). Reported.
+        """
+        gateway = self.stack.gateway
+        assert gateway is not None
+        return await gateway.egress.drained() and not gateway.egress._queued
 
     def texts(self) -> list[str]:
         return [m.text for m in self.tg.messages]

@@ -11,7 +11,6 @@ Retry-After; after the budget the entry goes to the dead-letter stream.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -47,6 +46,15 @@ def reraise_if_cancelling() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel until done: a client library may swallow one cancel (never await unbounded)."""
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1)
 
 
 def backoff(attempt: int, *, base: float, cap: float) -> float:
@@ -163,6 +171,7 @@ class Egress:
             except asyncio.CancelledError:
                 raise
             except Exception:  # never let one entry kill the lane; it stays pending
+                reraise_if_cancelling()
                 log.exception("delivery of %s crashed; it will be reclaimed", entry.entry_id)
             finally:
                 self._queued.discard(entry.entry_id)
@@ -240,10 +249,6 @@ class Egress:
         )
 
     async def close(self) -> None:
-        for task in self._lane_tasks.values():
-            task.cancel()
-        for task in self._lane_tasks.values():
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_all(list(self._lane_tasks.values()))
         self._lane_tasks.clear()
         self._lanes.clear()

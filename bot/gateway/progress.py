@@ -8,7 +8,6 @@ restarted gateway edits the same message instead of posting a new one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -19,7 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from bot.errors import DeliveryError
-from bot.gateway.egress import reraise_if_cancelling
+from bot.gateway.egress import cancel_all, reraise_if_cancelling
 from bot.keys import Keys
 from bot.ports import ChannelAdapter
 from bot.types import Outbound, OutboundKind, ThreadRef
@@ -144,9 +143,5 @@ class ProgressRenderer:
             log.warning("status update for %s failed", run_id[:8], exc_info=True)
 
     async def close(self) -> None:
-        for state in self._runs.values():
-            if state.flush:
-                state.flush.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await state.flush
+        await cancel_all([s.flush for s in self._runs.values() if s.flush is not None])
         self._runs.clear()

@@ -22,7 +22,7 @@ from bot.commands import default_router
 from bot.commands.router import CommandRouter
 from bot.config import Settings
 from bot.deps import Deps
-from bot.gateway.egress import Egress
+from bot.gateway.egress import Egress, cancel_all
 from bot.gateway.ingress import Ingress, IngressResult
 from bot.gateway.progress import ProgressRenderer
 from bot.ports import ChannelAdapter
@@ -135,11 +135,7 @@ class Gateway:
                 await adapter.stop()
         if self._http:
             await self._http.cleanup()
-        pending = set(self._tasks)
-        while pending:  # re-cancel: a loop may swallow one cancel inside a client library
-            for task in pending:
-                task.cancel()
-            _, pending = await asyncio.wait(pending, timeout=2)
+        await cancel_all(self._tasks)
         await self.egress.close()
         await self.progress.close()
         await self.aredis.aclose()

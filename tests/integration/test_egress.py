@@ -99,8 +99,16 @@ async def test_dead_letter_after_budget_and_for_permanent_errors(aredis: aioredi
 
 
 async def test_order_is_kept_per_thread_while_another_thread_waits(aredis: aioredis.Redis) -> None:
-    channel = MemoryChannel()
-    channel.fail_next([DeliveryError("slow", retry_after=0.5)])
+    class SlowA(MemoryChannel):
+        failed = False
+
+        async def send(self, m: Outbound) -> list[str]:
+            if m.thread.thread == "A" and not self.failed:
+                self.failed = True
+                raise DeliveryError("slow", retry_after=0.5)
+            return await super().send(m)
+
+    channel = SlowA()
     await put(aredis, message("a1", "a1", "A"), message("b1", "b1", "B"), message("a2", "a2", "A"))
     await run_egress(aredis, channel, lambda e: len(channel.sent) == 3)
     texts = [m.text for m in channel.sent]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import logging
 import signal
 import sys
 from pathlib import Path
@@ -33,12 +32,9 @@ def _settings() -> Settings:
 
 
 def _log_to(settings: Settings, path: Path | None) -> None:
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    if path is None:
-        logging.basicConfig(level=settings.log_level, format=fmt)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=settings.log_level, format=fmt, filename=str(path))
+    from bot.logs import configure
+
+    configure(settings, path)
 
 
 @app.command()

@@ -22,6 +22,7 @@ key                                                type       what
 ``{p}progress``                                    stream     progress events (capped)
 ``{p}delivered:{idempotencyKey}``                  string     delivered marker (expires)
 ``{p}sending:{idempotencyKey}``                    string     short lock while a send runs
+``{p}gateway:{consumer}:alive``                    string     a gateway's liveness (expires)
 ``{p}dedupe:{platform}:{eventId}``                 string     inbound event seen (expires)
 ``{p}status:{runId}``                              hash       status message id per run
 ``{p}archive:due``                                 zset       run ids by archive time
@@ -95,6 +96,9 @@ class Keys:
 
     def sending(self, idempotency_key: str) -> str:
         return f"{self.prefix}sending:{idempotency_key}"
+
+    def gateway_alive(self, consumer: str) -> str:
+        return f"{self.prefix}gateway:{consumer}:alive"
 
     def dedupe(self, platform: str, event_id: str) -> str:
         return f"{self.prefix}dedupe:{platform}:{event_id}"

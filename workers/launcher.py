@@ -22,6 +22,7 @@ from rq.serializers import JSONSerializer
 
 from bot.config import Settings, load_settings
 from bot.deps import SUBAGENTS_QUEUE, TURNS_QUEUE, Deps, connect
+from bot.logs import configure as configure_logging
 from workers import jobs
 from workers.callbacks import horse_killed
 from workers.maintenance import maintenance_loop
@@ -127,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     args = parser.parse_args(argv)
     settings = load_settings()
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
+    configure_logging(settings)
     queues = [q for q in args.queues.split(",") if q]
     if args.single or args.burst:
         run_single(settings, queues, burst=args.burst, parent_pid=args.parent_pid)

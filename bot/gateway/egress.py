@@ -11,15 +11,17 @@ Retry-After; after the budget the entry goes to the dead-letter stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 
+from bot import failpoints
 from bot.config import GatewaySettings
 from bot.errors import DeliveryError
 from bot.keys import Keys
@@ -30,7 +32,12 @@ log = logging.getLogger(__name__)
 
 GROUP = "gateway"
 DELIVERED_TTL = 7 * 86_400
-SENDING_LOCK_MS = 120_000
+SENDING_LOCK_SECONDS = 30.0  # renewed while a send (with its retries) is in progress
+_DELETE_IF_EQUAL = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+ALIVE_TTL = 6.0  # a gateway refreshes its liveness key every ALIVE_TTL / 3 seconds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +109,9 @@ class Egress:
         self._lanes: dict[str, asyncio.Queue[Entry]] = {}
         self._lane_tasks: dict[str, asyncio.Task[None]] = {}
         self._queued: set[str] = set()
+        self._sends_in_flight = 0
+        self._closing = False
+        self._last_beat = float("-inf")
         self.delivered_count = 0
 
     async def ensure_group(self) -> None:
@@ -112,13 +122,24 @@ class Egress:
                 raise
 
     async def run(self) -> None:
-        """Read, reclaim and dispatch until cancelled; survives Redis restarts."""
+        """Read, reclaim and dispatch until cancelled; survives Redis restarts.
+
+        Before reading anything new it takes over what dead gateways left unacknowledged
+        (waiting at most :data:`ALIVE_TTL` for a verdict), so a restart keeps each
+        thread's order.
+        """
         last_reclaim = 0.0
+        started = False
         while True:
             try:
                 await self.ensure_group()
+                await self._beat()
+                if not started:
+                    await self._take_over_dead(wait=True)
+                    started = True
                 if time.monotonic() - last_reclaim > self.settings.reclaim_idle_seconds / 3:
                     last_reclaim = time.monotonic()
+                    await self._take_over_dead(wait=False)
                     await self._reclaim()
                 await self._read_new()
             except asyncio.CancelledError:
@@ -127,6 +148,64 @@ class Egress:
                 reraise_if_cancelling()
                 log.warning("egress lost Redis (%s); retrying", type(exc).__name__)
                 await asyncio.sleep(1.0)
+
+    async def _beat(self) -> None:
+        """Refresh this gateway's liveness key (it lapses ALIVE_TTL after a crash)."""
+        now = time.monotonic()
+        if now - self._last_beat < ALIVE_TTL / 3:
+            return
+        self._last_beat = now
+        await self.redis.set(
+            self.keys.gateway_alive(self.consumer), f"{time.time():.3f}", px=int(ALIVE_TTL * 1000)
+        )
+
+    async def _take_over_dead(self, *, wait: bool) -> None:
+        """Claim every entry pending with a consumer whose liveness key is gone.
+
+        With ``wait`` a consumer whose key still exists is watched until the key either
+        lapses (dead: claim) or is refreshed (a live gateway: leave it alone).
+        """
+        consumers: Any = await self.redis.xinfo_consumers(self.keys.outbox, GROUP)
+        suspects: dict[str, Any] = {}
+        for consumer in consumers:
+            name = consumer["name"]
+            if name == self.consumer:
+                continue
+            seen = await self.redis.get(self.keys.gateway_alive(name))
+            if seen is None:
+                await self._claim_all(name)
+            elif consumer["pending"]:
+                suspects[name] = seen
+        deadline = time.monotonic() + (ALIVE_TTL + 1 if wait else 0)
+        while suspects and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            for name, seen in list(suspects.items()):
+                now_seen = await self.redis.get(self.keys.gateway_alive(name))
+                if now_seen is None:
+                    await self._claim_all(name)
+                if now_seen != seen:
+                    del suspects[name]
+
+    async def _claim_all(self, dead: str) -> None:
+        """Move ``dead``'s pending entries to this consumer (in id order), then forget it."""
+        while True:
+            pending: Any = await self.redis.xpending_range(
+                self.keys.outbox, GROUP, min="-", max="+", count=100, consumername=dead
+            )
+            if not pending:
+                break
+            ids: list[Any] = [p["message_id"] for p in pending]
+            claimed: Any = await self.redis.xclaim(
+                self.keys.outbox, GROUP, self.consumer, min_idle_time=0, message_ids=ids
+            )
+            log.warning("took over %d undelivered entries from gateway %s", len(ids), dead)
+            found = set()
+            for entry_id, fields in claimed:
+                found.add(entry_id)
+                self._dispatch(parse_entry(entry_id, fields))
+            for gone in set(ids) - found:  # trimmed away: nothing to deliver
+                await self.redis.xack(self.keys.outbox, GROUP, gone)
+        await self.redis.xgroup_delconsumer(self.keys.outbox, GROUP, dead)
 
     async def _read_new(self) -> None:
         replies: Any = await self.redis.xreadgroup(
@@ -164,8 +243,10 @@ class Egress:
         lane.put_nowait(entry)
 
     async def _drain(self, name: str, lane: asyncio.Queue[Entry]) -> None:
-        while True:
+        while not self._closing:
             entry = await lane.get()
+            if self._closing:  # left pending; the next gateway takes it over
+                return
             try:
                 await self._deliver(entry)
             except asyncio.CancelledError:
@@ -182,17 +263,60 @@ class Egress:
             await self._dead_letter(entry, "malformed entry")
             return
         key = message.idempotency_key or f"entry:{entry.entry_id}"
-        if await self.redis.exists(self.keys.delivered(key)):
-            await self.redis.xack(self.keys.outbox, GROUP, entry.entry_id)
+        while not self._closing:  # the lane waits here, so the thread's order holds
+            if await self.redis.exists(self.keys.delivered(key)):
+                await self.redis.xack(self.keys.outbox, GROUP, entry.entry_id)
+                return
+            async with self._sending(key) as mine:
+                if mine:
+                    if await self._still_pending(entry.entry_id):
+                        await self._send_with_retries(entry, message, key)
+                    return
+            # Another gateway is sending it: wait for it, unless that gateway is dead.
+            await self._break_dead_lock(key)
+            await asyncio.sleep(0.25)
+
+    async def _still_pending(self, entry_id: str) -> bool:
+        """False once any gateway acknowledged the entry (delivered or dead-lettered)."""
+        found: Any = await self.redis.xpending_range(
+            self.keys.outbox, GROUP, min=entry_id, max=entry_id, count=1
+        )
+        return bool(found)
+
+    async def _break_dead_lock(self, key: str) -> None:
+        """Drop a sending lock whose holder's liveness key lapsed (it crashed mid-send)."""
+        lock_key = self.keys.sending(key)
+        holder: Any = await self.redis.get(lock_key)  # decode_responses: a str
+        if holder is None or holder == self.consumer:
             return
-        if not await self.redis.set(
-            self.keys.sending(key), self.consumer, nx=True, px=SENDING_LOCK_MS
-        ):
-            return  # another gateway is sending it right now; reclaim will look again
+        if not await self.redis.exists(self.keys.gateway_alive(holder)):
+            await self.redis.eval(_DELETE_IF_EQUAL, 1, lock_key, holder)
+            log.warning("gateway %s died while sending %s; taking over", holder, key)
+
+    @contextlib.asynccontextmanager
+    async def _sending(self, key: str) -> AsyncIterator[bool]:
+        """Hold the per-message sending lock, renewed while held; it lapses soon after a crash."""
+        lock = self.redis.lock(self.keys.sending(key), timeout=SENDING_LOCK_SECONDS)
+        if not await lock.acquire(blocking=False, token=self.consumer):
+            yield False
+            return
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(SENDING_LOCK_SECONDS / 3)
+                try:
+                    await lock.reacquire()
+                except aioredis.RedisError as exc:  # lapsed or Redis away: the send goes on
+                    reraise_if_cancelling()
+                    log.warning("sending lock for %s not renewed: %s", key, exc)
+
+        renewal = asyncio.create_task(renew())
         try:
-            await self._send_with_retries(entry, message, key)
+            yield True
         finally:
-            await self.redis.delete(self.keys.sending(key))
+            await cancel_all([renewal])
+            with contextlib.suppress(aioredis.RedisError):
+                await lock.release()
 
     async def _send_with_retries(self, entry: Entry, message: Outbound, key: str) -> None:
         adapter = self.adapters.get(message.thread.platform)
@@ -201,16 +325,17 @@ class Egress:
             return
         s = self.settings
         for attempt in range(1, s.delivery_attempts + 1):
+            failpoints.hit("egress.before_send")
+            self._sends_in_flight += 1  # a graceful stop waits for send + record
             try:
-                ids = await adapter.send(message)
-            except DeliveryError as exc:
-                error = exc
-            except Exception as exc:  # an adapter bug or network error: retry like a 5xx
-                log.warning("adapter %s raised %s", adapter.platform, type(exc).__name__)
-                error = DeliveryError(f"{type(exc).__name__}: {exc}")
-            else:
-                await self._mark_delivered(entry, key, ids)
-                return
+                result = await self._try_send(adapter, message)
+                if not isinstance(result, DeliveryError):
+                    failpoints.hit("egress.after_send")
+                    await self._mark_delivered(entry, key, result)
+                    return
+            finally:
+                self._sends_in_flight -= 1
+            error = result
             if error.permanent or attempt == s.delivery_attempts:
                 await self._dead_letter(entry, f"{error} (after {attempt} attempt(s))")
                 return
@@ -221,6 +346,16 @@ class Egress:
                 )
             log.info("send of %s failed (%s); retry %d in %.1fs", key, error, attempt, wait)
             await asyncio.sleep(min(wait, s.delivery_backoff_max_seconds * 5))
+
+    @staticmethod
+    async def _try_send(adapter: ChannelAdapter, message: Outbound) -> list[str] | DeliveryError:
+        try:
+            return await adapter.send(message)
+        except DeliveryError as exc:
+            return exc
+        except Exception as exc:  # an adapter bug or network error: retry like a 5xx
+            log.warning("adapter %s raised %s", adapter.platform, type(exc).__name__)
+            return DeliveryError(f"{type(exc).__name__}: {exc}")
 
     async def _mark_delivered(self, entry: Entry, key: str, ids: list[str]) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -248,7 +383,18 @@ class Egress:
             group["pending"] == 0 and group["last-delivered-id"] == stream["last-generated-id"]
         )
 
-    async def close(self) -> None:
+    async def close(self, *, grace: float = 5.0) -> None:
+        """Stop: let sends in flight finish (up to ``grace`` s), then hand over the rest.
+
+        Entries read but not sent stay pending; dropping the liveness key lets the next
+        gateway take them over at once instead of after ALIVE_TTL.
+        """
+        self._closing = True
+        deadline = time.monotonic() + grace
+        while self._sends_in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         await cancel_all(list(self._lane_tasks.values()))
         self._lane_tasks.clear()
         self._lanes.clear()
+        with contextlib.suppress(aioredis.RedisError, OSError):
+            await self.redis.delete(self.keys.gateway_alive(self.consumer))

@@ -132,6 +132,80 @@ class WorkerPool:
             proc.wait()
 
 
+class GatewayProcess:
+    """``fanbot gateway`` as a real child process (for tests that SIGKILL the gateway).
+
+    Args:
+        env: Full environment (see :func:`hermetic_env`); a platform must be configured.
+        log_path: Where its output goes (appended).
+        failpoints: ``FANBOT_FAILPOINTS`` for this process only (see :mod:`bot.failpoints`).
+    """
+
+    def __init__(self, *, env: Mapping[str, str], log_path: Path, failpoints: str = "") -> None:
+        self.env = dict(env)
+        if failpoints:
+            self.env["FANBOT_FAILPOINTS"] = failpoints
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "not started"
+        return self.process.pid
+
+    def start(self) -> GatewayProcess:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "bot", "gateway"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def wait(self, timeout: float) -> int:
+        assert self.process is not None, "not started"
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL (no cleanup at all, like a host dying)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM and wait (SIGKILL after ``timeout``); the exit code."""
+        proc = self.process
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return proc.returncode
+
+    def rss_bytes(self) -> int:
+        import psutil
+
+        return int(psutil.Process(self.pid).memory_info().rss)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.kill()
+
+
 class Stack:
     """Gateway + workers against one Redis; an async context manager.
 

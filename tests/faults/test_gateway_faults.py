@@ -1,0 +1,194 @@
+"""The gateway dies (SIGKILL at an exact instruction) or runs twice: nothing lost, nothing twice.
+
+``fanbot gateway`` runs as a real child process with the Telegram adapter against the fake
+Bot API; :mod:`bot.failpoints` makes it SIGKILL itself at a chosen point of delivery, so the
+test knows exactly which entry was in flight instead of racing a signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bot.keys import Keys
+from bot.store.streams import put_outbound
+from bot.testing.fake_telegram import FakeTelegram, forum
+from bot.testing.stack import GatewayProcess, Stack, hermetic_env
+from bot.types import Outbound, OutboundKind, ThreadRef
+
+pytestmark = pytest.mark.e2e
+
+FORUM = forum()
+TOPICS = (11, 12, 13)
+
+
+@dataclass
+class Env:
+    tg: FakeTelegram
+    values: dict[str, Any]
+    client: redis.Redis
+    log_dir: Path
+
+    def gateway(self, failpoints: str = "", name: str = "gateway") -> GatewayProcess:
+        env = hermetic_env(self.values)
+        return GatewayProcess(env=env, log_path=self.log_dir / f"{name}.log", failpoints=failpoints)
+
+    def put(self, topic: int, text: str) -> str:
+        thread = ThreadRef(
+            platform="telegram", account=str(self.tg.bot_id), chat=str(FORUM["id"]),
+            thread=str(topic),
+        )  # fmt: skip
+        message = Outbound(
+            thread=thread, text=text, kind=OutboundKind.ANNOUNCE, idempotency_key=f"t:{text}"
+        )
+        return put_outbound(self.client, Keys(), message)
+
+    def posted(self, topic: int | None = None) -> list[str]:
+        return [m.text for m in self.tg.messages if topic is None or m.message_thread_id == topic]
+
+    def drained(self) -> bool:
+        groups = self.client.xinfo_groups(Keys().outbox)
+        return bool(groups) and all(g["pending"] == 0 for g in groups)
+
+
+class SlowTelegram(FakeTelegram):
+    """Takes ``latency`` seconds to accept each message."""
+
+    latency = 0.4
+
+    async def _api_sendMessage(self, params: dict[str, Any]) -> Any:
+        await asyncio.sleep(self.latency)
+        return await super()._api_sendMessage(params)
+
+
+@asynccontextmanager
+async def telegram_env(
+    redis_url: str, tmp_path: Path, fake: type[FakeTelegram] = FakeTelegram, **gateway: Any
+) -> AsyncIterator[Env]:
+    async with fake() as tg:
+        for topic in TOPICS:
+            tg.add_topic(FORUM, topic)
+        values: dict[str, Any] = {
+            "redis_url": redis_url,
+            "telegram": {
+                "bot_token": tg.token, "api_url": tg.api_url, "file_url": tg.file_url,
+                "poll_timeout_seconds": 1,
+            },
+            "gateway": {
+                "reclaim_idle_seconds": 2, "delivery_backoff_seconds": 0.1,
+                "progress_edit_seconds": 0.2, **gateway,
+            },
+        }  # fmt: skip
+        client = redis.Redis.from_url(redis_url)
+        try:
+            yield Env(tg=tg, values=values, client=client, log_dir=tmp_path)
+        finally:
+            client.close()
+
+
+async def exited(gateway: GatewayProcess, timeout: float = 30.0) -> int:
+    await Stack.wait_for(lambda: gateway.returncode() is not None, timeout=timeout)
+    code = gateway.returncode()
+    assert code is not None
+    return code
+
+
+@pytest.mark.parametrize("point", ["egress.before_send", "egress.after_send"])
+async def test_sigkill_between_read_and_ack_then_restart_delivers_in_order(
+    redis_url: str, tmp_path: Path, point: str
+) -> None:
+    async with telegram_env(redis_url, tmp_path) as env:
+        texts = [f"announce {i}" for i in range(1, 7)]
+        for text in texts:
+            env.put(TOPICS[0], text)
+
+        first = env.gateway(failpoints=f"{point}=kill@3", name="first").start()
+        assert await exited(first) == -9, first.log()
+        sent_before_crash = env.posted()
+        expected_before = 3 if point == "egress.after_send" else 2
+        assert sent_before_crash == texts[:expected_before]
+
+        with env.gateway(name="second") as second:
+            await Stack.wait_for(lambda: len(env.posted()) >= len(texts), timeout=30)
+            await Stack.wait_for(env.drained, timeout=10)
+            await asyncio.sleep(0.5)  # a repeat, if any, would arrive now
+            log = second.log()
+        posted = env.posted(TOPICS[0])
+        if point == "egress.before_send":
+            assert posted == texts  # exactly once each, in order
+        else:
+            # Telegram cannot tell whether a send that died mid-flight was posted: the entry in
+            # flight is posted again (at-least-once), still in order; every other entry once.
+            assert posted == [*texts[:3], texts[2], *texts[3:]]
+        assert "took over" in log
+        assert env.tg.token not in log + first.log()  # never a secret in a log
+
+
+async def test_an_entry_delivered_but_not_acked_is_not_posted_again(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The delivered-key record turns a redelivery into an acknowledgement."""
+    async with telegram_env(redis_url, tmp_path) as env:
+        entry = env.put(TOPICS[0], "already delivered")
+        keys = Keys()
+        env.client.xgroup_create(keys.outbox, "gateway", id="0", mkstream=True)
+        # A gateway that died after recording delivery but before XACK left exactly this:
+        env.client.xreadgroup("gateway", "dead-gw", {keys.outbox: ">"}, count=10)
+        env.client.set(keys.delivered("t:already delivered"), '["1"]')
+        env.put(TOPICS[0], "next one")
+
+        with env.gateway():
+            await Stack.wait_for(lambda: env.posted() == ["next one"], timeout=30)
+            await Stack.wait_for(env.drained, timeout=10)
+        assert env.posted() == ["next one"]
+        assert env.client.xpending(keys.outbox, "gateway")["pending"] == 0
+        assert entry  # acknowledged without a post
+
+
+async def test_graceful_restart_hands_over_at_once_and_keeps_order(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with telegram_env(redis_url, tmp_path) as env:
+        env.tg.inject("sendMessage", status=429, retry_after=30)  # the first gateway waits
+        texts = [f"m{i}" for i in range(5)]
+        for text in texts:
+            env.put(TOPICS[1], text)
+        first = env.gateway(name="first").start()
+        await Stack.wait_for(lambda: len(env.tg.calls_to("sendMessage")) >= 1, timeout=30)
+        assert first.stop() == 0  # gracefully, while it waits out the 429
+        more = [f"m{i}" for i in range(5, 8)]
+        for text in more:
+            env.put(TOPICS[1], text)
+        with env.gateway(name="second"):
+            await Stack.wait_for(lambda: len(env.posted()) >= 8, timeout=20)
+            await Stack.wait_for(env.drained, timeout=10)
+        assert env.posted(TOPICS[1]) == texts + more
+
+
+async def test_two_gateways_at_once_never_post_twice(redis_url: str, tmp_path: Path) -> None:
+    # An aggressive reclaim makes the two gateways fight over every slow entry.
+    async with telegram_env(redis_url, tmp_path, SlowTelegram, reclaim_idle_seconds=0.3) as env:
+        with env.gateway(name="a"), env.gateway(name="b"):
+            texts = []
+            for i in range(60):
+                topic = TOPICS[i % len(TOPICS)]
+                texts.append(f"topic {topic} #{i}")
+                env.put(topic, texts[-1])
+                if i % 10 == 0:
+                    await asyncio.sleep(0.2)
+            await Stack.wait_for(lambda: len(env.posted()) >= len(texts), timeout=60)
+            await Stack.wait_for(env.drained, timeout=20)
+            await asyncio.sleep(1.0)  # a double post, if any, would land now
+        counts = Counter(env.posted())
+        assert sorted(counts) == sorted(texts)
+        assert max(counts.values()) == 1
+        consumers = {c["name"] for c in env.client.xinfo_consumers(Keys().outbox, "gateway")}
+        assert len(consumers) == 2  # both gateways really took part

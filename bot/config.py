@@ -65,6 +65,9 @@ class SubagentSettings(BaseModel):
     job_grace_seconds: int = Field(
         15, ge=1, le=3600, description="RQ's hard job timeout is the run timeout plus this."
     )
+    shutdown_grace_seconds: float = Field(
+        20.0, ge=0, le=3600, description="On SIGTERM a worker lets a run finish this long."
+    )
     max_spawns_per_turn: int = Field(16, ge=1, le=200)
     max_result_chars: int = Field(20_000, ge=100)
 

@@ -17,7 +17,7 @@ from bot.config import Settings
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _MIN_SECRET = 6  # shorter values would redact ordinary words
-_CHATTY = ("httpx", "httpcore")  # one INFO line per HTTP request
+_CHATTY = ("httpx", "httpcore", "httpx2", "httpcore2")  # one INFO line per HTTP request
 
 
 def secrets_of(model: BaseModel) -> Iterator[str]:

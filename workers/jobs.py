@@ -22,9 +22,10 @@ log = logging.getLogger(__name__)
 _warm: list[Deps] = []
 
 
-def warm_up(settings: Settings) -> None:
+def warm_up(settings: Settings) -> Deps:
     """Build the dependencies once in the worker process, before any horse forks."""
     _warm[:] = [Deps.build(settings)]
+    return _warm[0]
 
 
 @contextmanager

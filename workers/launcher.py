@@ -16,11 +16,13 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
 from bot.config import Settings, load_settings
+from bot.control import stop_run
 from bot.deps import SUBAGENTS_QUEUE, TURNS_QUEUE, Deps, connect
 from bot.logs import configure as configure_logging
 from workers import jobs
@@ -51,15 +53,48 @@ def run_single(
     """Run one RQ worker in this process until it is told to stop."""
     if parent_pid is not None:
         threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
-    jobs.warm_up(settings)
+    deps = jobs.warm_up(settings)
     conn = connect(settings.redis_url)
-    worker = Worker(
+    worker = FanbotWorker(
         [Queue(q, connection=conn, serializer=JSONSerializer) for q in queues],
         connection=conn,
         serializer=JSONSerializer,
         work_horse_killed_handler=horse_killed,
     )
+    worker.deps = deps
     worker.work(burst=burst, logging_level=settings.log_level, with_scheduler=False)
+
+
+class FanbotWorker(Worker):
+    """An RQ worker whose warm shutdown is bounded.
+
+    SIGTERM lets the current job finish (RQ's warm shutdown); a subagent run still going
+    after ``subagents.shutdown_grace_seconds`` is stopped cleanly (``stopped``, partial
+    result, a note naming the shutdown) instead of being killed into ``unknown``.
+    """
+
+    deps: Deps | None = None
+    _grace_timer: threading.Thread | None = None
+
+    def request_stop(self, signum: Any, frame: Any) -> None:
+        if self._grace_timer is None and self.deps is not None:
+            self._grace_timer = threading.Thread(
+                target=self._stop_run_after_grace, args=(self.deps,), daemon=True
+            )
+            self._grace_timer.start()
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
+
+    def _stop_run_after_grace(self, deps: Deps) -> None:
+        time.sleep(deps.settings.subagents.shutdown_grace_seconds)
+        try:
+            job = self.get_current_job()
+            if job is None or job.func_name != "workers.jobs.run_subagent":
+                return
+            run_id = str(job.args[0])
+            result = stop_run(deps, run_id, by="a worker shutdown")
+            log.warning("shutdown grace over: run %s stopped (ended=%s)", run_id, result.ended)
+        except Exception:
+            log.exception("could not stop the current run at shutdown")
 
 
 def _spawn(queues: Sequence[str]) -> subprocess.Popen[bytes]:
@@ -99,12 +134,13 @@ def run_pool(
                 log.warning("worker pid %s exited with %s; restarting", child.pid, child.returncode)
                 time.sleep(RESTART_BACKOFF)
                 children[i] = _spawn(queues)
-    _shutdown(children)
+    sub = settings.subagents
+    _shutdown(children, sub.shutdown_grace_seconds + sub.hard_kill_grace_seconds + 15)
     deps.close()
     return 0
 
 
-def _shutdown(children: list[subprocess.Popen[bytes]], timeout: float = 30.0) -> None:
+def _shutdown(children: list[subprocess.Popen[bytes]], timeout: float) -> None:
     """Warm shutdown: RQ finishes the current job on SIGTERM; kill what outlives ``timeout``."""
     for child in children:
         if child.poll() is None:

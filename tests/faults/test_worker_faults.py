@@ -1,0 +1,149 @@
+"""Workers die (SIGKILL) or are told to stop (SIGTERM) mid-run: every run ends once, announced once.
+
+Default heartbeat and staleness settings here, so the "within 30 s" promise is tested as
+shipped, not with test-only fast timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from bot.deps import SUBAGENT_SLOT_KEY
+from bot.keys import Keys
+from bot.store.runs import RunsRegistry
+from bot.testing.channel import MemoryChannel
+from bot.testing.fake_openai import FakeOpenAI
+from bot.testing.scripted import ChatRequest, Hang, Reply, Text
+from bot.testing.stack import Stack, WorkerPool, hermetic_env
+from bot.types import RunStatus
+from tests.e2e.conftest import stack_values
+from tests.e2e.test_failures import spawner
+
+pytestmark = pytest.mark.e2e
+
+DEFAULT_TIMERS = {"heartbeat_seconds": 2.0, "stale_after_seconds": 10.0}
+
+
+def statuses(redis_url: str) -> dict[str, RunStatus]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        registry = RunsRegistry(redis=client, keys=Keys())
+        ids = [i.decode() for i in client.zrange(Keys().all_runs, 0, -1)]  # type: ignore[union-attr]
+        return {r.task: r.status for r in registry.get_many(ids)}
+    finally:
+        client.close()
+
+
+def running(redis_url: str) -> bool:
+    """A subagent run is executing (its horse is up and its status says so)."""
+    return RunStatus.RUNNING in statuses(redis_url).values()
+
+
+def slots_taken(redis_url: str) -> int:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return int(client.zcard(f"rq:rl:{SUBAGENT_SLOT_KEY}:allowed"))
+    finally:
+        client.close()
+
+
+async def test_sigkilled_host_ends_unknown_within_30s_and_the_queued_run_gets_the_slot(
+    redis_url: str, tmp_path: Path
+) -> None:
+    killed = asyncio.Event()
+
+    def subagent(request: ChatRequest) -> Reply:
+        return Text("second done") if killed.is_set() else Hang(120)
+
+    model = spawner(["first", "second"], subagent)
+    async with FakeOpenAI(model, models=["fake-model"]) as fake:
+        channel = MemoryChannel()
+        values = stack_values(
+            redis_url, fake.base_url, subagents={"max_concurrent": 1, **DEFAULT_TIMERS}
+        )
+        other = WorkerPool(env=hermetic_env(values), count=1, log_path=tmp_path / "b.log")
+        async with Stack(values=values, adapters=[channel], workers=1) as stack:
+            other.start()
+            try:
+                await channel.say("go")
+                pools = [stack.pool, other]
+                await stack.wait_for(lambda: running(redis_url), timeout=20)
+                victim = next(p for p in pools if p.horse_pids())
+                survivor = other if victim is stack.pool else stack.pool
+                assert statuses(redis_url) == {
+                    "first": RunStatus.RUNNING, "second": RunStatus.QUEUED,
+                } or statuses(redis_url) == {
+                    "first": RunStatus.QUEUED, "second": RunStatus.RUNNING,
+                }  # fmt: skip
+                victim.kill_all()  # launcher, worker and horse: the host is gone
+                killed.set()
+                started = time.monotonic()
+                await stack.wait_for(lambda: len(channel.announces) == 2, timeout=45)
+                took = time.monotonic() - started
+                assert survivor.launcher is not None and survivor.launcher.poll() is None
+            finally:
+                other.stop()
+    by_status = statuses(redis_url)
+    assert sorted(by_status.values()) == sorted([RunStatus.UNKNOWN, RunStatus.SUCCESS])
+    unknown = next(a.text for a in channel.announces if "Status: unknown" in a.text)
+    assert "no heartbeat" in unknown
+    assert took < 30, f"unknown + the next run took {took:.1f}s"
+    assert slots_taken(redis_url) == 0
+    print(f"SIGKILL host -> unknown announced and the queued run done in {took:.1f}s")
+
+
+async def test_sigterm_mid_run_lets_the_run_finish_and_announce_once(redis_url: str) -> None:
+    model = spawner(["finish me"], lambda r: Text("finished after all", delay=3))
+    async with FakeOpenAI(model, models=["fake-model"]) as fake:
+        channel = MemoryChannel()
+        values = stack_values(redis_url, fake.base_url, subagents=DEFAULT_TIMERS)
+        async with Stack(values=values, adapters=[channel], workers=2) as stack:
+            await channel.say("go")
+            await stack.wait_for(lambda: running(redis_url), timeout=20)
+            launcher = stack.pool.launcher
+            assert launcher is not None
+            launcher.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(launcher.wait, 30)
+            await stack.wait_for(lambda: len(channel.announces) >= 1, timeout=10)
+            await asyncio.sleep(1.0)  # a second announce, if any, would be here by now
+    assert code == 0
+    assert len(channel.announces) == 1
+    assert "Status: success" in channel.announces[0].text
+    assert "finished after all" in channel.announces[0].text
+    assert statuses(redis_url) == {"finish me": RunStatus.SUCCESS}
+    assert slots_taken(redis_url) == 0
+
+
+async def test_sigterm_past_the_grace_stops_the_run_cleanly(redis_url: str) -> None:
+    model = spawner(["never ends"], lambda r: Hang(120))
+    async with FakeOpenAI(model, models=["fake-model"]) as fake:
+        channel = MemoryChannel()
+        values = stack_values(
+            redis_url,
+            fake.base_url,
+            subagents={**DEFAULT_TIMERS, "shutdown_grace_seconds": 1, "hard_kill_grace_seconds": 1},
+        )
+        async with Stack(values=values, adapters=[channel], workers=1) as stack:
+            await channel.say("go")
+            await stack.wait_for(lambda: running(redis_url), timeout=20)
+            launcher = stack.pool.launcher
+            assert launcher is not None
+            started = time.monotonic()
+            launcher.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(launcher.wait, 30)
+            stopped_in = time.monotonic() - started
+            await stack.wait_for(lambda: len(channel.announces) >= 1, timeout=10)
+            await asyncio.sleep(1.0)
+    assert code == 0
+    assert len(channel.announces) == 1
+    text = channel.announces[0].text
+    assert "Status: stopped" in text and "a worker shutdown" in text, text
+    assert statuses(redis_url) == {"never ends": RunStatus.STOPPED}
+    assert slots_taken(redis_url) == 0
+    print(f"SIGTERM past the grace -> stopped and the launcher exited in {stopped_in:.1f}s")

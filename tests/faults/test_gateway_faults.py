@@ -8,6 +8,9 @@ test knows exactly which entry was in flight instead of racing a signal.
 from __future__ import annotations
 
 import asyncio
+import json
+import random
+import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,10 +22,22 @@ import pytest
 import redis
 
 from bot.keys import Keys
+from bot.store.runs import RunsRegistry
 from bot.store.streams import put_outbound
+from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_telegram import FakeTelegram, forum
-from bot.testing.stack import GatewayProcess, Stack, hermetic_env
+from bot.testing.scripted import (
+    Call,
+    ChatRequest,
+    Reply,
+    ScriptedModel,
+    Text,
+    ToolCalls,
+    is_subagent,
+)
+from bot.testing.stack import GatewayProcess, Stack, WorkerPool, hermetic_env
 from bot.types import Outbound, OutboundKind, ThreadRef
+from tests.e2e.conftest import stack_values
 
 pytestmark = pytest.mark.e2e
 
@@ -192,3 +207,73 @@ async def test_two_gateways_at_once_never_post_twice(redis_url: str, tmp_path: P
         assert max(counts.values()) == 1
         consumers = {c["name"] for c in env.client.xinfo_consumers(Keys().outbox, "gateway")}
         assert len(consumers) == 2  # both gateways really took part
+
+
+_ANNOUNCE = re.compile(r'Subagent #\d+ "(\w+-\d+)"[^\n]* finished')
+
+
+def announce_labels(texts: list[str]) -> list[str]:
+    return [m[1] for t in texts if (m := _ANNOUNCE.search(t))]
+
+
+async def test_gateway_down_while_runs_finish_delivers_all_in_order_per_thread(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with telegram_env(redis_url, tmp_path) as env, FakeOpenAI(tg_model()) as fake:
+        extra = {k: v for k, v in env.values.items() if k != "redis_url"}
+        env.values = stack_values(redis_url, fake.base_url, **extra)
+        workers = WorkerPool(env=hermetic_env(env.values), count=2, log_path=tmp_path / "w.log")
+        workers.start()
+        try:
+            with env.gateway(name="first") as first:
+                for topic, word in ((TOPICS[0], "red"), (TOPICS[1], "blue")):
+                    env.tg.push(env.tg.message(chat=FORUM, text=f"@fanbot_bot spawn {word} 3",
+                                               thread_id=topic))  # fmt: skip
+                await Stack.wait_for(
+                    lambda: sum(t.startswith("Started") for t in env.posted()) == 2, timeout=30
+                )
+                first.kill()  # SIGKILL while six runs are still going
+            assert not announce_labels(env.posted())
+            await Stack.wait_for(lambda: finished_runs(env.client) == 6, timeout=60)
+            with env.gateway(name="second"):
+                await Stack.wait_for(lambda: len(announce_labels(env.posted())) >= 6, timeout=30)
+                await Stack.wait_for(env.drained, timeout=10)
+                await asyncio.sleep(0.5)
+        finally:
+            workers.stop()
+        for topic in TOPICS[:2]:
+            posted = announce_labels(env.posted(topic))
+            assert posted == announce_labels(outbox_texts(env.client, topic))
+            assert len(posted) == len(set(posted)) == 3
+
+
+def tg_model() -> ScriptedModel:
+    def main(request: ChatRequest) -> Reply:
+        word, count = re.findall(r"spawn (\w+) (\d)", request.last_user_message)[0]
+        if request.last_role == "tool":
+            return Text(f"Started {word}.")
+        return ToolCalls(
+            [Call("sessions_spawn", {"task": f"{word} {i}", "label": f"{word}-{i}"})
+             for i in range(int(count))]
+        )  # fmt: skip
+
+    return (
+        ScriptedModel()
+        .on(lambda r: r.has_tool("sessions_spawn"), main)
+        .on(is_subagent, lambda r: Text("done", delay=random.uniform(1.5, 3.0)))
+    )
+
+
+def finished_runs(client: redis.Redis) -> int:
+    ids = [i.decode() for i in client.zrange(Keys().all_runs, 0, -1)]  # type: ignore[union-attr]
+    records = RunsRegistry(redis=client, keys=Keys()).get_many(ids)
+    return sum(r.status.terminal for r in records)
+
+
+def outbox_texts(client: redis.Redis, topic: int) -> list[str]:
+    texts = []
+    for _id, fields in client.xrange(Keys().outbox):
+        data = json.loads(fields[b"data"])
+        if data["thread"]["thread"] == str(topic):
+            texts.append(data["text"])
+    return texts

@@ -1,0 +1,88 @@
+"""Redis restarts (AOF on) while runs are in flight: nothing is lost, everyone reconnects.
+
+Each test has its own ``redis-server`` (the session one must not be restarted under other
+tests). ``stop`` is a clean restart (AOF flushed on shutdown); ``kill`` is SIGKILL, which
+loses nothing acknowledged either: with ``appendfsync everysec`` Redis has written each
+command to the AOF (the kernel's page cache) before it replies, and only a machine crash
+could lose the last second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import redis
+
+from bot.keys import Keys
+from bot.redis_server import RedisServer
+from bot.store.runs import RunsRegistry
+from bot.testing.channel import MemoryChannel
+from bot.testing.fake_openai import FakeOpenAI
+from bot.testing.scripted import ScriptedModel, Text
+from bot.testing.stack import Stack
+from bot.types import RunStatus
+from tests.e2e.conftest import stack_values
+from tests.e2e.test_failures import spawner
+
+pytestmark = pytest.mark.e2e
+
+TASKS = ["alpha", "beta", "gamma", "delta"]
+
+
+def snapshot(url: str) -> dict[str, object]:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        keys = Keys()
+        ids = client.zrange(keys.all_runs, 0, -1)
+        records = RunsRegistry(redis=client, keys=keys).get_many(ids)  # type: ignore[arg-type]
+        history = [k for k in client.scan_iter(f"{keys.prefix}session:*:history")]
+        return {
+            "runs": {r.run_id: r.status for r in records},
+            "history": sum(client.llen(k) for k in history),  # type: ignore[misc]
+            "outbox": client.xlen(keys.outbox),
+        }
+    finally:
+        client.close()
+
+
+def model() -> ScriptedModel:
+    main = spawner(TASKS, lambda r: Text(f"result of {r.last_user_message}", delay=3))
+    return main
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+async def test_redis_restart_mid_flight_loses_nothing(tmp_path: Path, how: str) -> None:
+    server = RedisServer(data_dir=tmp_path / "redis").start()
+    try:
+        async with FakeOpenAI(model(), models=["fake-model"]) as fake:
+            channel = MemoryChannel()
+            values = stack_values(server.url, fake.base_url)
+            async with Stack(values=values, adapters=[channel], workers=2) as stack:
+                await channel.say("fan out")
+                await stack.wait_for(
+                    lambda: (
+                        list(snapshot(server.url)["runs"].values()).count(RunStatus.RUNNING)  # type: ignore[attr-defined]
+                        >= 2
+                    ),
+                    timeout=30,
+                )
+                before = snapshot(server.url)
+                getattr(server, how)()
+                await asyncio.sleep(1.0)  # down for a second while the runs keep going
+                server.start()
+                await stack.wait_for(lambda: len(channel.announces) == len(TASKS), timeout=60)
+                # Everyone reconnected: a new turn in a new thread works end to end.
+                await channel.say("fan out again", thread=channel.thread("second"))
+                await stack.wait_for(lambda: len(channel.announces) == 2 * len(TASKS), timeout=60)
+                await asyncio.sleep(1.0)  # a duplicate, if any, would be here by now
+                after = snapshot(server.url)
+    finally:
+        server.stop()
+    assert set(before["runs"]) <= set(after["runs"])  # type: ignore[arg-type]
+    assert list(after["runs"].values()) == [RunStatus.SUCCESS] * 2 * len(TASKS)  # type: ignore[attr-defined]
+    assert after["history"] >= before["history"]  # type: ignore[operator]
+    posted = [(a.thread, a.text) for a in channel.announces]
+    assert len(posted) == len(set(posted)) == 2 * len(TASKS)  # each once
+    assert all("Status: success" in text for _, text in posted)

@@ -1,0 +1,30 @@
+"""FANBOT_FAILPOINTS parsing and actions (the kill action is exercised in tests/faults)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot import failpoints
+
+
+def test_parse_actions_and_hit_counts() -> None:
+    points = failpoints.parse("a=kill; b=sleep(0.5)@2 ;c=raise")
+    assert (points["a"].action, points["a"].at_hit) == ("kill", 1)
+    assert (points["b"].action, points["b"].seconds, points["b"].at_hit) == ("sleep", 0.5, 2)
+    assert points["c"].action == "raise"
+    assert failpoints.parse("") == {}
+
+
+@pytest.mark.parametrize("bad", ["a", "a=explode", "=kill", "a=sleep(x)", "a=kill@"])
+def test_bad_specs_name_the_variable(bad: str) -> None:
+    with pytest.raises(ValueError, match="FANBOT_FAILPOINTS"):
+        failpoints.parse(bad)
+
+
+def test_raise_fires_on_the_configured_hit_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(failpoints, "_points", failpoints.parse("p=raise@2"))
+    failpoints.hit("p")
+    with pytest.raises(failpoints.FailpointError):
+        failpoints.hit("p")
+    failpoints.hit("p")  # only the second hit fires
+    failpoints.hit("unconfigured")

@@ -9,16 +9,24 @@ Template (stable; tests and users rely on it)::
     runtime 1m02s · tokens 3.1k (in 2.4k / out 0.7k) · est $0.0012 · session … · id … · transcript …
 
 The status line comes from the runtime outcome, never from model text.
+
+Sizes are bounded whatever the run produced: the result is cut to ``max_result_chars`` and
+the notes to :data:`MAX_NOTES_CHARS` (each with a note), so with the default 20k one announce
+is at most six Telegram or Slack messages. The full result stays in the run record and the
+transcript, up to their own limits; the history note has its own bound.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bot.clip import split_note
 from bot.config import Price
 from bot.types import RunRecord, RunStatus, Usage
 
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
+MAX_NOTES_CHARS = 2_000
+HISTORY_NOTE_CHARS = 16_000
 
 _HEADLINE = {
     RunStatus.SUCCESS: ("✅", "finished"),
@@ -59,9 +67,14 @@ def estimate_cost(model: str, usage: Usage, prices: Mapping[str, Price]) -> floa
 
 
 def truncate(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with a note saying how many more there were
+    (counting what an earlier cut, e.g. of the model's reply, already dropped)."""
     if len(text) <= limit:
         return text
-    return text[:limit].rstrip() + f"\n… (truncated, {len(text) - limit} more characters)"
+    end, earlier = split_note(text)
+    if end <= limit:
+        return text
+    return text[:limit].rstrip() + f"\n… (truncated, {end - limit + earlier:,} more characters)"
 
 
 def stats_line(record: RunRecord, *, ended_at: float, transcript_ref: str) -> str:
@@ -102,17 +115,21 @@ def render_announce(
     body = truncate(result.strip(), max_result_chars) if result.strip() else "(not available)"
     lines.append(f"Result:\n{body}" if "\n" in body else f"Result: {body}")
     if notes.strip():
-        lines.append(f"Notes: {notes.strip()}")
+        lines.append(f"Notes: {truncate(notes.strip(), MAX_NOTES_CHARS)}")
     lines.append(stats_line(record, ended_at=ended_at, transcript_ref=transcript_ref))
     return "\n".join(lines)
 
 
-def history_note(record: RunRecord, *, status: RunStatus, result: str) -> str:
-    """What the main agent sees of the result in its next turn."""
+def history_note(
+    record: RunRecord, *, status: RunStatus, result: str, max_chars: int = HISTORY_NOTE_CHARS
+) -> str:
+    """What the main agent sees of the result in its next turn (at most ``max_chars`` of
+    result, like any history entry)."""
     name = record.label or _short(record.task, 60)
+    body = truncate(result.strip(), max_chars) if result.strip() else "(no result)"
     return (
         f'[Subagent #{record.seq} "{_one_line(name)}" ({record.subagent_type}) ended: '
-        f"{status.value}; run {record.run_id[:8]}]\n{result.strip() or '(no result)'}"
+        f"{status.value}; run {record.run_id[:8]}]\n{body}"
     )
 
 

@@ -40,6 +40,13 @@ class OpenAISettings(BaseModel):
     max_retries: int = Field(2, ge=0, le=10)
     max_steps: int = Field(12, ge=1, le=100)
     max_output_tokens: int | None = Field(None, ge=1)
+    max_reply_chars: int = Field(
+        200_000,
+        ge=1_000,
+        le=5_000_000,
+        description="A streamed reply (or tool-call arguments) is kept up to this; the rest "
+        "is read for its usage and dropped, with a note.",
+    )
 
     @property
     def configured(self) -> bool:
@@ -116,7 +123,20 @@ class GatewaySettings(BaseModel):
     delivery_backoff_max_seconds: float = Field(60.0, gt=0)
     reclaim_idle_seconds: float = Field(30.0, gt=0)
     dedupe_ttl_seconds: int = Field(86_400, ge=60)
-    max_inbound_chars: int = Field(16_000, ge=100)
+    max_inbound_chars: int = Field(
+        32_000,
+        ge=100,
+        le=150_000,
+        description="A longer inbound message is cut to this, with a note, before commands "
+        "and turns see it.",
+    )
+    max_outbound_chars: int = Field(
+        20_000,
+        ge=1_000,
+        le=200_000,
+        description="A longer turn reply is cut to this, with a note (at most ~6 platform "
+        "messages).",
+    )
     require_mention: bool = True
 
 

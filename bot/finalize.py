@@ -59,7 +59,15 @@ def finalize_run(
         announce=None if skip else _announce(deps, record, status, text, notes, ended_at),
         history_entry=None
         if skip
-        else {"role": "user", "content": history_note(record, status=status, result=text)},
+        else {
+            "role": "user",
+            "content": history_note(
+                record,
+                status=status,
+                result=text,
+                max_chars=deps.settings.history.max_message_chars,
+            ),
+        },
         archive_at=_archive_at(deps, record, ended_at),
         extra=_usage_fields(record),
         ended_at=ended_at,

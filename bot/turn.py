@@ -20,6 +20,7 @@ from bot.agent.loop import LoopControl, Meter, run_loop
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools
 from bot.agent.tools import Tool, allowed
+from bot.clip import clip_markdown
 from bot.deps import Deps
 from bot.errors import RunInterrupted
 from bot.sessions import qualified_user
@@ -144,7 +145,10 @@ def _commit(
     text: str,
 ) -> None:
     reply = Outbound(
-        thread=thread, text=text, kind=OutboundKind.REPLY, idempotency_key=job.reply_key
+        thread=thread,
+        text=clip_markdown(text, deps.settings.gateway.max_outbound_chars),
+        kind=OutboundKind.REPLY,
+        idempotency_key=job.reply_key,
     )
     entries = [m for m in (user_message, {"role": "assistant", "content": text}) if m]
     with deps.redis.pipeline() as pipe:

@@ -2,6 +2,10 @@
 
 The SDK's own bounded retries (``max_retries``, honouring ``Retry-After``) handle 429/5xx.
 What comes back is data: the assistant's text, its tool calls and the token usage.
+
+Memory is bounded by ``max_reply_chars``: text (and each tool call's arguments) past it is
+still read, so the usage chunk at the end of the stream counts, but not kept; a cut text
+ends with a note saying how much was dropped.
 """
 
 from __future__ import annotations
@@ -12,27 +16,45 @@ from typing import Any
 
 import openai
 
+from bot.clip import cut_note
 from bot.config import OpenAISettings
 from bot.types import Usage
 
 OFFLINE_BASE_URL_HINT = "no model endpoint configured"
+MAX_NAME_CHARS = 256  # a tool name; real ones are short, a runaway one is cut
 
 
 @dataclass(frozen=True, kw_only=True)
 class ToolCallRequest:
-    """A tool call as the model asked for it (``arguments`` is the raw JSON string)."""
+    """A tool call as the model asked for it (``arguments`` is the raw JSON string).
+
+    ``cut_chars`` > 0: the arguments were longer than the reply limit and are cut (so are
+    not valid JSON); the call must not run.
+    """
 
     id: str
     name: str
     arguments: str
+    cut_chars: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
 class Completion:
+    """One folded answer.
+
+    Attributes:
+        content: The text, ending with a cut note when the model said more than the limit.
+        tool_calls: The calls, in stream order.
+        usage: Tokens as the endpoint counted them (the whole answer, cut or not).
+        finish_reason: ``stop``, ``tool_calls``, ``length``...
+        cut_chars: Characters of text and tool arguments dropped by the limit.
+    """
+
     content: str
     tool_calls: tuple[ToolCallRequest, ...] = ()
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = ""
+    cut_chars: int = 0
 
     def as_message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation."""
@@ -42,7 +64,8 @@ class Completion:
                 {
                     "id": c.id,
                     "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments},
+                    # Cut arguments are not JSON; the call's tool result says what happened.
+                    "function": {"name": c.name, "arguments": "{}" if c.cut_chars else c.arguments},
                 }
                 for c in self.tool_calls
             ]
@@ -99,7 +122,7 @@ class ChatModel:
             # Deadline-bound call: retries would overrun the deadline.
             client = client.with_options(max_retries=0)
         stream = client.chat.completions.create(**kwargs)
-        return _fold_stream(stream, on_text)
+        return fold_stream(stream, on_text, limit=self.settings.max_reply_chars)
 
     def known_models(self) -> frozenset[str] | None:
         """Model ids the endpoint lists (cached); None if it cannot say."""
@@ -112,9 +135,45 @@ class ChatModel:
         return self._models
 
 
-def _fold_stream(stream: Any, on_text: Callable[[int], None] | None) -> Completion:
-    text: list[str] = []
-    calls: dict[int, dict[str, str]] = {}
+@dataclass(kw_only=True)
+class _Capped:
+    """Pieces of a streamed string, kept up to ``limit`` characters; the rest only counted."""
+
+    limit: int
+    parts: list[str] = field(default_factory=list)
+    kept: int = 0
+    seen: int = 0
+
+    def add(self, piece: str) -> None:
+        self.seen += len(piece)
+        room = self.limit - self.kept
+        if room > 0:
+            piece = piece[:room]
+            self.parts.append(piece)
+            self.kept += len(piece)
+
+    @property
+    def cut(self) -> int:
+        return self.seen - self.kept
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclass(kw_only=True)
+class _CallSlot:
+    id: str = ""
+    name: str = ""
+    arguments: _Capped
+
+
+def fold_stream(
+    stream: Any, on_text: Callable[[int], None] | None = None, *, limit: int
+) -> Completion:
+    """Fold chat-completion chunks into one :class:`Completion`, keeping at most ``limit``
+    characters of text and of each call's arguments (``on_text`` gets the running count)."""
+    text = _Capped(limit=limit)
+    calls: dict[int, _CallSlot] = {}
     usage = Usage()
     finish = ""
     with stream:
@@ -128,19 +187,37 @@ def _fold_stream(stream: Any, on_text: Callable[[int], None] | None) -> Completi
                 finish = choice.finish_reason or finish
                 delta = choice.delta
                 if delta.content:
-                    text.append(delta.content)
+                    text.add(delta.content)
                     if on_text:
-                        on_text(sum(len(t) for t in text))
+                        on_text(text.seen)
                 for tc in delta.tool_calls or ():
-                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                    slot["id"] = tc.id or slot["id"]
+                    slot = calls.setdefault(tc.index, _CallSlot(arguments=_Capped(limit=limit)))
+                    slot.id = tc.id or slot.id
                     if tc.function is not None:
-                        slot["name"] += tc.function.name or ""
-                        slot["arguments"] += tc.function.arguments or ""
+                        slot.name = (slot.name + (tc.function.name or ""))[:MAX_NAME_CHARS]
+                        slot.arguments.add(tc.function.arguments or "")
+    return _completion(text, calls, usage, finish)
+
+
+def _completion(
+    text: _Capped, calls: dict[int, _CallSlot], usage: Usage, finish: str
+) -> Completion:
     tool_calls = tuple(
-        ToolCallRequest(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"])
+        ToolCallRequest(
+            id=c.id or f"call_{i}",
+            name=c.name,
+            arguments=c.arguments.text(),
+            cut_chars=c.arguments.cut,
+        )
         for i, c in sorted(calls.items())
     )
+    content = text.text()
+    if text.cut:
+        content += "\n" + cut_note(text.cut)
     return Completion(
-        content="".join(text), tool_calls=tool_calls, usage=usage, finish_reason=finish
+        content=content,
+        tool_calls=tool_calls,
+        usage=usage,
+        finish_reason=finish,
+        cut_chars=text.cut + sum(c.arguments.cut for c in calls.values()),
     )

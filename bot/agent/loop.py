@@ -3,20 +3,26 @@
 Between steps the loop asks its control for a checkpoint (stop flag, soft deadline) and for
 steering messages (``/subagents send``). Usage accumulates in a :class:`Meter` the caller
 owns, so the tokens spent survive any exception that ends the run.
+
+Sizes stay bounded: the model client keeps at most ``openai.max_reply_chars`` of a reply,
+and each tool result is cut to ``max_tool_chars`` before the model or the transcript sees it.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bot.agent.context import ToolContext
-from bot.agent.llm import ChatModel
+from bot.agent.llm import ChatModel, ToolCallRequest
 from bot.agent.tools import Tool, execute_tool
 from bot.errors import RunDeadline
 from bot.types import Usage
+
+log = logging.getLogger(__name__)
 
 Message = dict[str, Any]
 
@@ -101,6 +107,10 @@ def run_loop(
         )
         meter.usage += completion.usage
         meter.steps += 1
+        if completion.cut_chars:
+            log.warning(
+                "reply of %s cut: %d characters past the limit", model_name, completion.cut_chars
+            )
         _append(messages, completion.as_message(), control)
         if completion.content:
             meter.last_text = completion.content
@@ -111,11 +121,23 @@ def run_loop(
             control.checkpoint()
             meter.tool_calls += 1
             control.progress(_status(meter, f"🔧 {call.name}"))
-            result = execute_tool(
-                by_name, name=call.name, arguments=call.arguments, ctx=ctx, max_chars=max_tool_chars
-            )
+            result = _run_call(by_name, call, ctx, max_tool_chars)
             _append(messages, {"role": "tool", "tool_call_id": call.id, "content": result}, control)
     return LoopResult(text=meter.last_text, complete=False)
+
+
+def _run_call(
+    by_name: dict[str, Tool], call: ToolCallRequest, ctx: ToolContext, max_chars: int
+) -> str:
+    if call.cut_chars:
+        kept = len(call.arguments)
+        return (
+            f"error: the arguments for {call.name} were too long ({kept + call.cut_chars:,} "
+            f"characters; the limit is {kept:,}) and were cut, so the call did not run"
+        )
+    return execute_tool(
+        by_name, name=call.name, arguments=call.arguments, ctx=ctx, max_chars=max_chars
+    )
 
 
 def _before_step(control: LoopControl, messages: list[Message]) -> None:

@@ -1,6 +1,7 @@
 """Tools the model can call: their schema, safe execution, and the built-in ones.
 
-A tool failure becomes text the model reads ("error: ..."), never a crashed job. Two kinds
+A tool failure becomes text the model reads ("error: ..."), never a crashed job. Whatever a
+tool returns or raises, the text is cut to the caller's limit with a note. Two kinds
 of exception are never swallowed: RQ's job timeout and our own run interruptions (stop,
 soft deadline) — a broad ``except Exception`` would otherwise eat them.
 """
@@ -60,7 +61,12 @@ class Tool:
 def execute_tool(
     tools: Mapping[str, Tool], *, name: str, arguments: str, ctx: ToolContext, max_chars: int
 ) -> str:
-    """Run one tool call and return the text the model sees."""
+    """Run one tool call and return the text the model sees, at most ``max_chars`` long
+    (plus a note); error texts are bounded too."""
+    return _bounded(_execute(tools, name=name, arguments=arguments, ctx=ctx), max_chars)
+
+
+def _execute(tools: Mapping[str, Tool], *, name: str, arguments: str, ctx: ToolContext) -> str:
     tool = tools.get(name)
     if tool is None:
         return f"error: unknown tool {name!r}; available: {', '.join(sorted(tools)) or 'none'}"
@@ -86,10 +92,11 @@ def execute_tool(
     except Exception as exc:
         log.warning("tool %s raised %s", name, type(exc).__name__, exc_info=True)
         return f"error: {name} failed: {type(exc).__name__}: {exc}"
-    return _bounded(str(result), max_chars)
+    return str(result)
 
 
 def _bounded(text: str, limit: int) -> str:
+    """Cut ``text`` with a note; copies only the kept head (a 10 MB result costs ``limit``)."""
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n[… truncated: {len(text) - limit} more characters]"

@@ -2,16 +2,22 @@
 
 Sync on purpose (Redis and RQ calls); the gateway runs it in a worker thread so the event
 loop never blocks. The decisions themselves (:func:`decide`) are pure.
+
+An oversized message is cut to ``gateway.max_inbound_chars`` first (:func:`cap_inbound`),
+with a note in the text, so commands, history and the turn job only ever see the cut text;
+the sender is told once how much was read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 from dataclasses import dataclass
 
 from rq.rate_limit import RateLimit
 
+from bot.clip import clip
 from bot.commands.parse import parse_command
 from bot.commands.router import CommandRequest, CommandRouter
 from bot.config import PlatformAccess, Settings
@@ -37,6 +43,7 @@ class Verdict(enum.StrEnum):
     DENIED = "ignored: not allowed"
     UNADDRESSED = "ignored: not addressed to the bot"
     TOO_LONG = "rejected: too long"
+    """No longer decided: an oversized message is cut (:func:`cap_inbound`), not rejected."""
 
 
 def platform_access(settings: Settings, platform: str) -> PlatformAccess:
@@ -64,9 +71,19 @@ def decide(
     continues = access.continue_threads and inbound.thread.thread is not None and session_exists
     if not (addressed or continues):
         return Verdict.UNADDRESSED
-    if len(inbound.text) > settings.gateway.max_inbound_chars:
-        return Verdict.TOO_LONG
     return Verdict.ACCEPT
+
+
+def cap_inbound(inbound: Inbound, limit: int) -> tuple[Inbound, int]:
+    """``inbound`` with its text cut to ``limit`` characters plus a note (pure).
+
+    Returns:
+        The message to handle and how many characters were cut (0: unchanged).
+    """
+    cut = len(inbound.text) - limit
+    if cut <= 0:
+        return inbound, 0
+    return dataclasses.replace(inbound, text=clip(inbound.text, limit)), cut
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +119,7 @@ class Ingress:
         dedupe = keys.dedupe(inbound.thread.platform, inbound.dedupe_id)
         if not self.deps.redis.set(dedupe, "1", nx=True, ex=s.gateway.dedupe_ttl_seconds):
             return IngressResult(verdict=Verdict.ACCEPT, duplicate=True)
+        inbound, cut = cap_inbound(inbound, s.gateway.max_inbound_chars)
         session_key = self.session_key(inbound)
         verdict = decide(
             inbound,
@@ -109,13 +127,11 @@ class Ingress:
             access=platform_access(s, inbound.thread.platform),
             session_exists=self.deps.history.exists(session_key),
         )
-        if verdict is Verdict.TOO_LONG:
-            limit = s.gateway.max_inbound_chars
-            self._reply(inbound, f"That message is too long ({len(inbound.text)} characters; "
-                        f"the limit is {limit}). Please shorten it.")  # fmt: skip
         if verdict is not Verdict.ACCEPT:
             log.debug("inbound %s: %s", inbound.dedupe_id, verdict.value)
             return IngressResult(verdict=verdict, session_key=session_key)
+        if cut:
+            self._tell_cut(inbound, cut)
         command = parse_command(inbound.text)
         if command is not None and (command.known or self.router.handles(command)):
             request = CommandRequest(
@@ -150,12 +166,22 @@ class Ingress:
         )
         return str(job.id)
 
-    def _reply(self, inbound: Inbound, text: str, *, ephemeral: bool = False) -> None:
+    def _tell_cut(self, inbound: Inbound, cut: int) -> None:
+        limit = self.deps.settings.gateway.max_inbound_chars
+        log.info("inbound %s: cut %d characters past %d", inbound.dedupe_id, cut, limit)
+        text = (
+            f"✂️ Your message was {limit + cut:,} characters long; I read only the first {limit:,}."
+        )
+        self._reply(inbound, text, key="cut")
+
+    def _reply(
+        self, inbound: Inbound, text: str, *, ephemeral: bool = False, key: str = "cmd"
+    ) -> None:
         message = Outbound(
             thread=inbound.thread,
             text=text,
             kind=OutboundKind.REPLY,
-            idempotency_key=f"cmd:{inbound.thread.platform}:{inbound.dedupe_id}",
+            idempotency_key=f"{key}:{inbound.thread.platform}:{inbound.dedupe_id}",
             ephemeral_to=inbound.sender.user_id if ephemeral and not inbound.is_dm else None,
         )
         put_outbound(self.deps.redis, self.deps.keys, message)

@@ -1,4 +1,8 @@
-"""Bounded chat history of a requester session (a Redis list of JSON messages)."""
+"""Bounded chat history of a requester session (a Redis list of JSON messages).
+
+Bounded both ways: at most ``max_messages`` entries, each entry's content at most
+``max_chars`` characters (cut with a note), so loading a session's history has a fixed cost.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any
 
 import redis
 
+from bot.clip import clip
 from bot.keys import Keys
 
 Message = dict[str, Any]
@@ -56,6 +61,5 @@ class HistoryStore:
     def _bounded(self, message: Message) -> Message:
         content = message.get("content")
         if isinstance(content, str) and len(content) > self.max_chars:
-            cut = len(content) - self.max_chars
-            return {**message, "content": content[: self.max_chars] + f"\n[… {cut} chars cut]"}
+            return {**message, "content": clip(content, self.max_chars)}
         return message

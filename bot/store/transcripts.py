@@ -1,4 +1,8 @@
-"""A run's transcript: every message of its context, in order (a Redis list of JSON)."""
+"""A run's transcript: every message of its context, in order (a Redis list of JSON).
+
+Each message's content is kept up to ``max_chars`` (cut with a note), and so are the
+arguments of its tool calls: one runaway message cannot make a transcript unreadable.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 
 import redis
 
+from bot.clip import clip
 from bot.keys import Keys
 
 
@@ -23,8 +28,19 @@ class TranscriptStore:
         entry = {**message, "ts": round(time.time(), 3)}
         content = entry.get("content")
         if isinstance(content, str) and len(content) > self.max_chars:
-            entry["content"] = content[: self.max_chars] + "\n[… cut]"
+            entry["content"] = clip(content, self.max_chars)
+        if entry.get("tool_calls"):
+            entry["tool_calls"] = [self._bounded_call(c) for c in entry["tool_calls"]]
         self.redis.rpush(self.keys.transcript(session_id), json.dumps(entry))
+
+    def _bounded_call(self, call: Any) -> Any:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            return call
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str) or len(arguments) <= self.max_chars:
+            return call
+        return {**call, "function": {**function, "arguments": clip(arguments, self.max_chars)}}
 
     def read(self, session_id: str, *, last: int | None = None) -> list[dict[str, Any]]:
         start = -last if last else 0

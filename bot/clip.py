@@ -1,0 +1,60 @@
+"""Cutting oversized text to a limit with a note that says how much was cut (pure).
+
+Every bound on text that a person or the model wrote (an inbound message, a model reply, a
+history entry, a transcript line) cuts the same way, so the reader always sees the same
+marker: the first ``limit`` characters, then ``[… N characters cut]`` on its own line.
+Cutting an already cut text again keeps one note whose count covers both cuts, so a
+message bounded at the gateway and again in history still says how much it lost in all.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bot.chunking import split_markdown_parts
+
+_NOTE = re.compile(r"\n\[… ([\d,]+) characters cut\]\Z")
+_NOTE_MAX = 48  # longest possible note, with its newline
+
+
+def cut_note(cut: int) -> str:
+    """The marker appended to a cut text: ``[… 1,234 characters cut]``."""
+    return f"[… {cut:,} characters cut]"
+
+
+def split_note(text: str) -> tuple[int, int]:
+    """Where ``text``'s body ends and how many characters an earlier cut dropped.
+
+    ``(len(text), 0)`` when ``text`` does not end with a cut note.
+    """
+    match = _NOTE.search(text, max(0, len(text) - _NOTE_MAX))
+    if match is None:
+        return len(text), 0
+    return match.start(), int(match[1].replace(",", ""))
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` if its body has at most ``limit`` characters, else the head and a note.
+
+    Only the kept head is copied, so cutting a huge text costs ``limit`` characters.
+    """
+    if len(text) <= limit:
+        return text
+    end, earlier = split_note(text)
+    if end <= limit:
+        return text
+    return text[:limit] + "\n" + cut_note(end - limit + earlier)
+
+
+def clip_markdown(text: str, limit: int) -> str:
+    """Like :func:`clip` for markdown that gets posted: a cut inside a fenced code block
+    closes the fence first, so the note renders as text and not as code."""
+    if len(text) <= limit:
+        return text
+    end, earlier = split_note(text)
+    if end <= limit:
+        return text
+    head = text[:limit]
+    # One part whatever the content: the limit leaves room for the longest closing fence.
+    [part] = split_markdown_parts(head, limit=2 * len(head) + 8)
+    return head + part.close + "\n" + cut_note(end - limit + earlier)

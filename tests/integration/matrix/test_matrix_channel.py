@@ -344,3 +344,37 @@ async def test_access_token_login_uses_the_tokens_device(
     assert (await sink.wait_for(lambda i: i.message_id == sent)).text == "hi"
     saved = (tmp_path / "bot" / "session.json").read_text()
     assert bot_user.access_token not in saved  # a configured token is never written
+
+
+async def test_a_resend_after_a_restart_posts_once(
+    synapse: Synapse,
+    bot_user: MatrixUser,
+    make_human: Callable[[str], Human],
+    adapters: list[MatrixChannel],
+    tmp_path: Path,
+) -> None:
+    """A gateway that died mid-send re-sends the entry: the homeserver de-duplicates it.
+
+    The outbox key is the transaction id and a restart keeps the device, so the same
+    ``PUT …/send/m.room.message/{txnId}`` returns the first event instead of a second one.
+    """
+    human = make_human("carol")
+    store = tmp_path / "bot"
+    first, _ = await start_bot(synapse, bot_user, store, adapters, allow=[human.user.user_id])
+    room = await human.create_room(invite=[bot_user.user_id])
+    await human.wait_joined(room, bot_user.user_id)
+    root = await human.send(room, "question", mention=bot_user.user_id)
+    message = Outbound(
+        thread=thread(bot_user, room, root),
+        text="the announce",
+        kind=OutboundKind.ANNOUNCE,
+        idempotency_key=f"announce:{uuid.uuid4().hex}",
+    )
+    sent_first = await first.send(message)
+    await first.stop()
+
+    second, _ = await start_bot(synapse, bot_user, store, adapters, allow=[human.user.user_id])
+    sent_again = await second.send(message)
+    assert sent_again == sent_first
+    texts = [e["content"].get("body") for e in await human.thread_events(room, root)]
+    assert texts.count("the announce") == 1

@@ -118,6 +118,7 @@ def doctor() -> None:
 
 
 app.add_typer(importlib.import_module("bot.ops_cli").app, name="subagents")
+app.add_typer(importlib.import_module("bot.bench.cli").app, name="bench")
 
 
 def main() -> None:

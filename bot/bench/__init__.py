@@ -1,0 +1,2 @@
+"""Benchmarks behind ``fanbot bench``: :mod:`~bot.bench.soak`, :mod:`~bot.bench.latency`,
+:mod:`~bot.bench.stop`. They measure; the test suite asserts behaviour."""

@@ -1,0 +1,115 @@
+"""``fanbot bench soak|latency|stop``: benchmarks against real processes and the fakes.
+
+They start their own private Redis, forked workers and the fake model (the processes they
+start get a scrubbed environment; nothing external is touched), print their figures, and exit 1 when a check fails
+(``soak``: a run lost or announced twice, a dead letter, RSS growth past the bound).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bot.errors import FanbotError
+
+app = typer.Typer(
+    name="bench",
+    help="Benchmarks: soak (many runs, counts every announce), latency, stop.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _need_psutil() -> None:
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        typer.echo("fanbot bench: needs psutil (pip install 'fanbot[test]')", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def soak(
+    runs: Annotated[int, typer.Option(help="Subagent runs to spawn.", min=1)] = 1000,
+    workers: Annotated[int, typer.Option(help="RQ worker processes.", min=1, max=64)] = 4,
+    seed: Annotated[int, typer.Option(help="Seeds the plan (delays, failures).")] = 1,
+    fail_rate: Annotated[
+        float,
+        typer.Option(help="Share of runs whose model fails (half 500, half 429).", min=0, max=1),
+    ] = 0.05,
+    hang_rate: Annotated[
+        float, typer.Option(help="Share of runs that hang to timeout.", min=0, max=1)
+    ] = 0.01,
+    max_delay: Annotated[float, typer.Option(help="Max model delay in seconds.", min=0)] = 0.3,
+    topics: Annotated[int, typer.Option(help="Telegram forum topics to spread over.", min=1)] = 20,
+    max_concurrent: Annotated[
+        int | None, typer.Option(help="subagents.max_concurrent (default: --workers).")
+    ] = None,
+    telegram_faults: Annotated[
+        int, typer.Option(help="Failed Telegram sends to inject (429 and 502).", min=0)
+    ] = 10,
+    archive_after_minutes: Annotated[
+        float, typer.Option(help="subagents.archive_after_minutes (the bench waits for it).")
+    ] = 0.5,
+    rss_bound_mb: Annotated[
+        float, typer.Option(help="Allowed RSS growth, start -> end, per process kind.")
+    ] = 16.0,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds to wait for all runs (default 120 + 1/run).")
+    ] = None,
+    log_dir: Annotated[
+        Path | None, typer.Option(help="Keep process logs here (default: temp, kept on FAIL).")
+    ] = None,
+) -> None:
+    """Spawn many runs through gateway + workers + fakes; count lost and duplicated announces."""
+    from bot.bench.soak import SoakConfig, run_soak
+
+    _need_psutil()
+    directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-soak-"))
+    config = SoakConfig(
+        runs=runs, workers=workers, seed=seed, fail_rate=fail_rate, hang_rate=hang_rate,
+        max_delay=max_delay, topics=topics, max_concurrent=max_concurrent,
+        telegram_faults=telegram_faults, archive_after_minutes=archive_after_minutes,
+        rss_bound_mb=rss_bound_mb, timeout=timeout, log_dir=directory,
+        report=lambda line: typer.echo(line, err=True),
+    )  # fmt: skip
+    try:
+        result = asyncio.run(run_soak(config))
+    except FanbotError as exc:
+        typer.echo(f"fanbot bench soak: {exc}\nlogs: {directory}", err=True)
+        raise typer.Exit(1) from None
+    failed = bool(result.failures())
+    if log_dir is None and not failed:
+        shutil.rmtree(directory, ignore_errors=True)
+        result.log_dir = ""
+    typer.echo(result.table())
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def latency(
+    runs: Annotated[int, typer.Option(help="Subagent runs.", min=1)] = 24,
+    workers: Annotated[int, typer.Option(help="RQ worker processes.", min=1, max=64)] = 4,
+    batch: Annotated[int, typer.Option(help="Spawns per chat message.", min=1, max=16)] = 3,
+) -> None:
+    """Spawn -> subagent start and finish -> announce delivered (median, p95, max)."""
+    from bot.bench.latency import run_latency
+
+    for line in asyncio.run(run_latency(runs=runs, workers=workers, batch=batch)):
+        typer.echo(line)
+
+
+@app.command()
+def stop(
+    stops: Annotated[int, typer.Option(help="Runs to stop.", min=1)] = 20,
+) -> None:
+    """`/subagents stop` -> status stopped, and -> announce delivered (median, p95, max)."""
+    from bot.bench.stop import run_stop
+
+    for line in asyncio.run(run_stop(stops=stops)):
+        typer.echo(line)

@@ -106,11 +106,23 @@ def worker(ctx: typer.Context) -> None:
 
 
 @app.command()
-def doctor() -> None:
+def doctor(
+    replay_dead_letters: Annotated[
+        bool,
+        typer.Option(
+            "--replay-dead-letters",
+            help="Put every dead-lettered message back into the outbox (the gateway redelivers).",
+        ),
+    ] = False,
+) -> None:
     """Check configuration, Redis, the model endpoint and each configured platform."""
-    from bot.doctor import run_checks
+    from bot.doctor import replay, run_checks
 
     settings = _settings()
+    if replay_dead_letters:
+        code, text = replay(settings)
+        typer.echo(text, err=code != 0)
+        raise typer.Exit(code)
     checks = run_checks(settings)
     for check in checks:
         typer.echo(f"{'ok ' if check.ok else 'BAD'}  {check.name}: {check.detail}")

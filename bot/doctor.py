@@ -2,20 +2,26 @@
 
 Platform checks use plain HTTP (the core imports no platform SDK). Every check says what
 is wrong in one line; secrets are never printed.
+
+Messages the gateway could not deliver within its retry budget wait in the dead-letter
+stream; the check names how many, the newest one and its reason, and how to look at them
+and to put them back into the outbox (:func:`replay_dead_letters`) once the cause is fixed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import redis
 
 from bot.agent.llm import ChatModel
 from bot.config import Settings
-from bot.deps import connect
 from bot.keys import Keys
 
 
@@ -26,9 +32,14 @@ class Check:
     detail: str
 
 
+def _client(settings: Settings) -> redis.Redis:
+    """Fail fast: a doctor reports an unreachable Redis instead of retrying for a minute."""
+    return redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=10)
+
+
 def check_redis(settings: Settings) -> list[Check]:
     try:
-        client = connect(settings.redis_url)
+        client = _client(settings)
         client.ping()
     except (redis.RedisError, OSError) as exc:
         return [
@@ -47,12 +58,83 @@ def check_redis(settings: Settings) -> list[Check]:
         checks.append(
             Check(name="redis durability", ok=True, detail="CONFIG not allowed; not checked")
         )
-    dead = client.xlen(Keys(prefix=settings.key_prefix).dead_letter) if client.exists(
-        Keys(prefix=settings.key_prefix).dead_letter) else 0  # fmt: skip
-    checks.append(Check(name="dead letters", ok=dead == 0,
-                        detail=f"{dead} undeliverable message(s) in the dead-letter stream"))  # fmt: skip
+    checks.append(check_dead_letters(client, Keys(prefix=settings.key_prefix)))
     client.close()
     return checks
+
+
+REPLAY_HINT = "fanbot doctor --replay-dead-letters"
+
+
+def check_dead_letters(client: redis.Redis, keys: Keys) -> Check:
+    """How many messages ran out of delivery attempts; the newest one and why."""
+    count = int(client.xlen(keys.dead_letter))
+    if not count:
+        return Check(name="dead letters", ok=True, detail="none")
+    newest: Any = client.xrevrange(keys.dead_letter, count=1)
+    entry_id, fields = newest[0]
+    fields = {_str(k): _str(v) for k, v in fields.items()}
+    detail = (
+        f"{count} message(s) ran out of delivery attempts; newest {_age(_str(entry_id))} ago, "
+        f"{_describe(fields)}: {fields.get('reason') or '(no reason recorded)'}. "
+        f"Inspect: redis-cli XREVRANGE {keys.dead_letter} + - COUNT 10; "
+        f"once the cause is fixed: {REPLAY_HINT}"
+    )
+    return Check(name="dead letters", ok=False, detail=detail)
+
+
+# XDEL first: a dead letter is put back at most once, even with two operators replaying.
+_REPLAY = """
+if redis.call('XDEL', KEYS[1], ARGV[1]) == 1 then
+  return redis.call('XADD', KEYS[2], '*', 'data', ARGV[2])
+end
+return false
+"""
+
+
+def replay_dead_letters(client: redis.Redis, keys: Keys) -> tuple[int, int]:
+    """Move every dead letter back into the outbox, oldest first; the gateway redelivers.
+
+    Idempotency keys are kept, so a message that did arrive after all is not posted twice.
+    Returns ``(replayed, kept)``; entries without a message body are kept for inspection.
+    """
+    replayed = kept = 0
+    entries: Any = client.xrange(keys.dead_letter)
+    for entry_id, fields in entries:
+        data = fields.get(b"data", fields.get("data"))
+        if data is None:
+            kept += 1
+            continue
+        if client.eval(_REPLAY, 2, keys.dead_letter, keys.outbox, entry_id, data):
+            replayed += 1
+    return replayed, kept
+
+
+def _describe(fields: Mapping[str, str]) -> str:
+    try:
+        data = json.loads(fields["data"])
+        thread = data["thread"]
+        where = f"{thread['platform']} {thread['chat']}" + (
+            f"/{thread['thread']}" if thread.get("thread") else ""
+        )
+        key = data.get("idempotency_key") or f"entry {fields.get('entry_id', '?')}"
+        return f"{data.get('kind', 'message')} {key} to {where}"
+    except (KeyError, TypeError, ValueError):
+        return f"malformed entry {fields.get('entry_id', '?')}"
+
+
+def _age(entry_id: str) -> str:
+    millis = int(entry_id.partition("-")[0] or 0)
+    seconds = max(0, int(time.time() - millis / 1000))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def check_model(settings: Settings) -> Check:
@@ -168,3 +250,20 @@ def _safe(url: str) -> str:
         return url
     scheme, _, rest = url.partition("://")
     return f"{scheme}://***@{rest.rpartition('@')[2]}"
+
+
+def replay(settings: Settings) -> tuple[int, str]:
+    """``fanbot doctor --replay-dead-letters``: exit code and what to print."""
+    keys = Keys(prefix=settings.key_prefix)
+    try:
+        client = _client(settings)
+        try:
+            replayed, kept = replay_dead_letters(client, keys)
+        finally:
+            client.close()
+    except (redis.RedisError, OSError) as exc:
+        return 2, f"fanbot doctor: cannot reach Redis at {_safe(settings.redis_url)}: {exc}"
+    text = f"replayed {replayed} dead letter(s) into the outbox"
+    if kept:
+        text += f"; kept {kept} without a message body in {keys.dead_letter}"
+    return 0, text

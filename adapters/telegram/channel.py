@@ -11,6 +11,11 @@ Restart semantics (polling): PTB's ``Updater.stop()`` calls ``getUpdates`` once 
 the last offset, which confirms every fetched update to Telegram, and
 ``Application.stop()`` then drains its queue, so updates fetched before a stop are
 processed once and not fetched again after a restart.
+
+Secrets: the Bot API puts the token in every URL, and httpx logs each request URL at INFO
+(PTB logs its base URL at DEBUG). While started, the channel redacts its token in those
+loggers' records, so no logging set-up of the host process can write it out; errors it
+raises carry no token either (their text ends up in logs and in the dead-letter stream).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from telegram.ext import Application, ContextTypes, TypeHandler
 from adapters.telegram.convert import COMMANDS, BotIdentity, destination, to_inbound
 from adapters.telegram.markup import Part, Splitter, render_parts
 from bot.errors import DeliveryError
+from bot.logs import RedactSecrets
 from bot.ports import InboundSink
 from bot.types import Outbound, ThreadRef
 
@@ -55,6 +61,8 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ("message", "edited_message")
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 _REMEMBERED_SENDS = 1024
+# Loggers that write request URLs (and so the token): httpx per request, PTB's bots once.
+_URL_LOGGERS = ("httpx", "telegram.Bot", "telegram.ext.ExtBot", __name__)
 T = TypeVar("T")
 
 
@@ -97,6 +105,7 @@ class TelegramChannel:
         # Message ids already posted per idempotency key, so a retried multi-part send
         # resumes after the last accepted part instead of posting earlier parts twice.
         self._sent: OrderedDict[str, list[str]] = OrderedDict()
+        self._redact = RedactSecrets([token])
 
     @property
     def me(self) -> BotIdentity:
@@ -107,6 +116,8 @@ class TelegramChannel:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self, sink: InboundSink) -> None:
+        for name in _URL_LOGGERS:
+            logging.getLogger(name).addFilter(self._redact)
         builder = (
             Application.builder()
             .token(self._token)
@@ -138,13 +149,14 @@ class TelegramChannel:
 
     async def stop(self) -> None:
         app, self._app = self._app, None
-        if app is None:
-            return
-        if app.updater is not None and app.updater.running:
-            await app.updater.stop()  # confirms the last offset (see module docstring)
-        if app.running:
-            await app.stop()
-        await app.shutdown()
+        if app is not None:
+            if app.updater is not None and app.updater.running:
+                await app.updater.stop()  # confirms the last offset (see module docstring)
+            if app.running:
+                await app.stop()
+            await app.shutdown()
+        for name in _URL_LOGGERS:
+            logging.getLogger(name).removeFilter(self._redact)
 
     @property
     def mode(self) -> str:
@@ -215,7 +227,7 @@ class TelegramChannel:
         except TelegramError as err:
             if isinstance(err, BadRequest) and "not modified" in err.message.lower():
                 return
-            raise _delivery_error(err) from err
+            raise self._delivery_error(err) from err
 
     async def typing(self, thread: ThreadRef) -> None:
         """Best effort: a failed typing indicator is logged, never raised."""
@@ -237,8 +249,15 @@ class TelegramChannel:
         try:
             sent = await _plain_fallback(attempt, part)
         except TelegramError as err:
-            raise _delivery_error(err) from err
+            raise self._delivery_error(err) from err
         return str(sent.message_id)
+
+    def _delivery_error(self, err: TelegramError) -> DeliveryError:
+        error = _delivery_error(err)
+        message = self._redact.redact(str(error))
+        if message == str(error):
+            return error
+        return DeliveryError(message, retry_after=error.retry_after, permanent=error.permanent)
 
     def _remember(self, key: str, ids: list[str]) -> None:
         self._sent[key] = list(ids)

@@ -7,13 +7,16 @@ One aiohttp server on a free loopback port speaks three things:
   ``apps.connections.open``, ``conversations.info``, ``users.info``), form, query or JSON
   arguments, bearer tokens checked, every call recorded, Slack's 40,000-character text
   limit enforced (``msg_too_long``), faults injectable (``429`` + ``Retry-After``, 5xx,
-  ``ok: false``);
+  ``ok: false``, optionally only for matching arguments);
 - **Socket Mode**: ``apps.connections.open`` hands out a one-use ``ws://`` URL; the socket
   says ``hello``, carries the envelopes a test pushes, records acks, can ask the client to
   reconnect (``disconnect`` / ``refresh_requested``) and re-delivers unacked envelopes on
   the next connection with ``retry_attempt + 1``, as Slack does;
 - **signed HTTP events**: :meth:`FakeSlack.deliver_http` POSTs a body to the app with a
   valid, forged or stale ``v0`` signature.
+
+:meth:`FakeSlack.pause` / :meth:`FakeSlack.resume` take the whole server off the network
+(connection refused, sockets dropped) and back on the same port with its state kept.
 
 Usage::
 
@@ -136,11 +139,12 @@ class FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        sock = bind_loopback()
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
+        await runner.setup()
+        sock = bind_loopback(port=self._port)
         self._port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        await web.SockSite(runner, sock).start()
+        self._runner = runner
         return self
 
     async def stop(self) -> None:
@@ -151,6 +155,23 @@ class FakeSlack:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    async def pause(self) -> None:
+        """Go off the network: drop every socket and close the port (connection refused).
+
+        Posted messages, envelopes and injected faults are kept for :meth:`resume`.
+        """
+        for conn in list(self._conns):
+            conn.retiring = True
+            await conn.ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def resume(self) -> None:
+        """Listen again on the same port (clients reconnect on their own)."""
+        if self._runner is None:
+            await self.start()
 
     async def __aenter__(self) -> Self:
         return await self.start()

@@ -16,7 +16,10 @@ header once ``setWebhook`` was called, ``sendMessage``/``editMessageText`` with 
 checks (unknown chat or topic, ``message_thread_id`` 1, HTML parse errors, 4096 UTF-16
 units), ``sendChatAction``, ``setMyCommands``/``getMyCommands``, ``deleteWebhook``,
 ``getWebhookInfo``. :meth:`FakeTelegram.inject` makes the next calls fail (429 with
-``retry_after``, 5xx, any 400). Every call is recorded in :attr:`FakeTelegram.calls`.
+``retry_after``, 5xx, any 400), optionally only those whose parameters match;
+:meth:`FakeTelegram.pause` / :meth:`FakeTelegram.resume` take the server off the network
+(connection refused) and back on the same port with its state kept. Every call is recorded
+in :attr:`FakeTelegram.calls` with its time and the HTTP status it got.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import itertools
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -64,12 +68,17 @@ class _ApiError(Exception):
         self.status, self.description, self.retry_after = status, description, retry_after
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class ApiCall:
-    """One request the client made: method name and decoded parameters."""
+    """One request the client made: method name, decoded parameters, when, and the answer.
+
+    ``at`` is ``time.monotonic()`` at arrival; ``status`` the HTTP status sent back.
+    """
 
     method: str
     params: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
+    status: int = 200
 
 
 @dataclass(kw_only=True)
@@ -92,6 +101,7 @@ class _Injection:
     retry_after: int | None
     times: int
     after: int
+    when: Callable[[dict[str, Any]], bool] | None = None
 
 
 class FakeTelegram:
@@ -130,18 +140,44 @@ class FakeTelegram:
         self._runner: web.AppRunner | None = None
         self._client: ClientSession | None = None
         self._delivery: asyncio.Task[None] | None = None
+        self._port = 0
+        self._paused = False
         self.base_url = ""
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
+        await self._listen()
+        self.base_url = f"http://{LOOPBACK}:{self._port}"
+        self._client = ClientSession()
+
+    async def _listen(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        sock = bind_loopback()
-        await web.SockSite(self._runner, sock).start()
-        self.base_url = f"http://{LOOPBACK}:{sock.getsockname()[1]}"
-        self._client = ClientSession()
+        # No access log: its lines would carry the token (it is in every path).
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, access_log=None)
+        await runner.setup()
+        sock = bind_loopback(port=self._port)
+        await web.SockSite(runner, sock).start()
+        self._port, self._runner = sock.getsockname()[1], runner
+
+    async def pause(self) -> None:
+        """Go off the network: close the port and every connection (clients get refused).
+
+        Pending long polls end at once (with what is pending). State is kept for
+        :meth:`resume`; webhook delivery waits meanwhile.
+        """
+        self._paused = True
+        self._wakeup.set()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def resume(self) -> None:
+        """Listen again on the same port, with every chat, update and message kept."""
+        if self._runner is None:
+            await self._listen()
+        self._paused = False
+        self._kick_delivery()
 
     async def stop(self) -> None:
         self._closing = True
@@ -230,10 +266,13 @@ class FakeTelegram:
     def inject(
         self, method: str, *, status: int = 429, description: str | None = None,
         retry_after: int | None = None, times: int = 1, after: int = 0,
+        when: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:  # fmt: skip
         """Make ``times`` calls of ``method`` fail with ``status``, after ``after`` succeed.
 
         A 429 carries ``parameters.retry_after`` (default 1) like Telegram's flood control.
+        With ``when``, only calls whose decoded parameters it accepts count (for ``after``
+        too) and fail; e.g. ``when=lambda p: "finished" in p["text"]`` fails announces only.
         """
         if status == 429 and retry_after is None:
             retry_after = 1
@@ -243,8 +282,9 @@ class FakeTelegram:
             else "Internal Server Error"
         )
         entry = _Injection(
-            status=status, description=text, retry_after=retry_after, times=times, after=after
-        )
+            status=status, description=text, retry_after=retry_after, times=times, after=after,
+            when=when,
+        )  # fmt: skip
         self._injections.setdefault(method, []).append(entry)
 
     def calls_to(self, method: str) -> list[ApiCall]:
@@ -262,14 +302,17 @@ class FakeTelegram:
             return _reply(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
         method = request.match_info["method"]
         params = _decode(dict(request.query) | await _body(request))
-        self.calls.append(ApiCall(method=method, params=params))
+        call = ApiCall(method=method, params=params)
+        self.calls.append(call)
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
+            call.status = 404
             return _reply(404, {"ok": False, "error_code": 404, "description": "Not Found"})
         try:
-            self._injected(method)
+            self._injected(method, params)
             result = await handler(params)
         except _ApiError as err:
+            call.status = err.status
             payload: dict[str, Any] = {
                 "ok": False, "error_code": err.status, "description": err.description,
             }  # fmt: skip
@@ -278,17 +321,17 @@ class FakeTelegram:
             return _reply(err.status, payload)
         return _reply(200, {"ok": True, "result": result})
 
-    def _injected(self, method: str) -> None:
+    def _injected(self, method: str, params: dict[str, Any]) -> None:
         queue = self._injections.get(method)
-        if not queue:
+        head = next((i for i in queue or () if i.when is None or i.when(params)), None)
+        if queue is None or head is None:
             return
-        head = queue[0]
         if head.after > 0:
             head.after -= 1
             return
         head.times -= 1
         if head.times <= 0:
-            queue.pop(0)
+            queue.remove(head)
         raise _ApiError(head.status, head.description, head.retry_after)
 
     # -- methods ---------------------------------------------------------------------------
@@ -308,7 +351,7 @@ class FakeTelegram:
         await asyncio.sleep(0)
         self._wakeup.clear()
         with contextlib.suppress(TimeoutError):
-            if not self._pending and not self._closing:
+            if not self._pending and not self._closing and not self._paused:
                 await asyncio.wait_for(self._wakeup.wait(), params.get("timeout", 0) or 0)
         if mine != self._poll_generation:
             raise _ApiError(409, "Conflict: terminated by other getUpdates request; make sure "
@@ -423,7 +466,7 @@ class FakeTelegram:
     async def _deliver(self) -> None:
         """POST pending updates to the webhook in order; keep each until it gets a 2xx."""
         assert self._client is not None
-        while self.webhook_url and self._pending and not self._closing:
+        while self.webhook_url and self._pending and not self._closing and not self._paused:
             update = self._pending[0]
             headers = {}
             if self.webhook_secret:

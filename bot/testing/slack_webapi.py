@@ -7,6 +7,7 @@ over HTTP under ``/api/<method>``.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,13 +19,17 @@ MAX_TEXT_CHARS = 40_000
 
 @dataclass(kw_only=True)
 class ApiCall:
-    """One Web API call as the fake saw it: method, merged arguments, HTTP status sent."""
+    """One Web API call as the fake saw it: method, merged arguments, HTTP status sent.
+
+    ``at`` is ``time.monotonic()`` at arrival.
+    """
 
     method: str
     args: dict[str, Any]
     token: str
     status: int = 200
     error: str | None = None
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(kw_only=True)
@@ -41,13 +46,17 @@ class Posted:
 
 @dataclass(kw_only=True)
 class Fault:
-    """An injected failure for ``times`` calls of one method, after ``after`` succeed."""
+    """An injected failure for ``times`` calls of one method, after ``after`` succeed.
+
+    With ``when``, only calls whose arguments it accepts count (for ``after`` too).
+    """
 
     status: int = 200
     error: str = "internal_error"
     retry_after: float | None = None
     times: int = 1
     after: int = 0
+    when: Callable[[dict[str, Any]], bool] | None = None
 
 
 @dataclass(kw_only=True)
@@ -106,12 +115,14 @@ class WebApi:
         retry_after: float | None = 1,
         times: int = 1,
         after: int = 0,
+        when: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         """Make ``times`` calls of ``method`` fail, once ``after`` more calls succeeded.
 
         ``status=429`` answers ``ratelimited`` with ``Retry-After``; a 5xx answers an HTML
         error page; ``status=200`` answers ``{"ok": false, "error": error}``. ``after``
-        lets a fault hit the middle of a multi-part send.
+        lets a fault hit the middle of a multi-part send; ``when`` limits the fault to
+        calls whose arguments it accepts (e.g. ``lambda a: "finished" in a["text"]``).
         """
         default = "ratelimited" if status == 429 else "internal_error"
         fault = Fault(
@@ -120,6 +131,7 @@ class WebApi:
             retry_after=retry_after,
             times=times,
             after=after,
+            when=when,
         )
         self._faults.setdefault(method, []).append(fault)
 
@@ -138,15 +150,15 @@ class WebApi:
 
     def _fault(self, method: str, call: ApiCall) -> ApiReply | None:
         queue = self._faults.get(method)
-        if not queue:
+        fault = next((f for f in queue or () if f.when is None or f.when(call.args)), None)
+        if queue is None or fault is None:
             return None
-        fault = queue[0]
         if fault.after > 0:
             fault.after -= 1
             return None
         fault.times -= 1
         if fault.times <= 0:
-            queue.pop(0)
+            queue.remove(fault)
         call.status, call.error = fault.status, fault.error
         if fault.status == 429:
             headers = {"Retry-After": str(int(fault.retry_after or 1))}

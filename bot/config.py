@@ -75,6 +75,9 @@ class SubagentSettings(BaseModel):
     shutdown_grace_seconds: float = Field(
         20.0, ge=0, le=3600, description="On SIGTERM a worker lets a run finish this long."
     )
+    retention_days: float = Field(
+        7.0, gt=0, le=3650, description="Archived runs and transcripts are deleted after this."
+    )
     max_spawns_per_turn: int = Field(16, ge=1, le=200)
     max_result_chars: int = Field(20_000, ge=100)
 

@@ -74,11 +74,25 @@ def archive_due(deps: Deps, *, now: float | None = None) -> list[str]:
         run_id = raw.decode() if isinstance(raw, bytes) else str(raw)
         record = deps.runs.get(run_id)
         if record is not None and record.archived_at is None:
-            deps.transcripts.archive(record.session_id, now=now)
+            archived_key = deps.transcripts.archive(record.session_id, now=now)
             deps.runs.update(run_id, archived_at=now)
+            _expire_later(deps, record, archived_key, now)
             archived.append(run_id)
         deps.redis.zrem(deps.keys.archive_due, run_id)
     return archived
+
+
+def _expire_later(deps: Deps, record: RunRecord, archived_key: str | None, now: float) -> None:
+    """An archived run and its transcript expire after the retention; indexes are pruned."""
+    keep = deps.settings.subagents.retention_days * 86_400
+    with deps.redis.pipeline(transaction=False) as pipe:
+        for key in (deps.keys.run(record.run_id), deps.keys.status_message(record.run_id)):
+            pipe.expire(key, int(keep))
+        if archived_key is not None:
+            pipe.expire(archived_key, int(keep))
+        pipe.zremrangebyscore(deps.keys.all_runs, "-inf", now - keep)
+        pipe.zremrangebyscore(deps.keys.session_runs(record.session_key), "-inf", now - keep)
+        pipe.execute()
 
 
 def sweep(deps: Deps) -> None:

@@ -38,6 +38,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 ALIVE_TTL = 6.0  # a gateway refreshes its liveness key every ALIVE_TTL / 3 seconds
+LANE_IDLE_SECONDS = 60.0  # a thread's lane task ends after this long without messages
+OUTBOX_KEEP_SECONDS = 3600.0  # delivered outbox entries are trimmed after this long
+TRIM_EVERY_SECONDS = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +70,11 @@ async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
 def backoff(attempt: int, *, base: float, cap: float) -> float:
     """Exponential backoff: base, 2·base, 4·base … capped (attempt counts from 1)."""
     return float(min(cap, base * 2 ** (attempt - 1)))
+
+
+def _stream_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = str(entry_id).partition("-")
+    return int(ms), int(seq or 0)
 
 
 def parse_entry(entry_id: str, fields: Mapping[str, str]) -> Entry:
@@ -128,7 +136,7 @@ class Egress:
         (waiting at most :data:`ALIVE_TTL` for a verdict), so a restart keeps each
         thread's order.
         """
-        last_reclaim = 0.0
+        last_reclaim = last_trim = 0.0
         started = False
         while True:
             try:
@@ -141,6 +149,9 @@ class Egress:
                     last_reclaim = time.monotonic()
                     await self._take_over_dead(wait=False)
                     await self._reclaim()
+                if time.monotonic() - last_trim > TRIM_EVERY_SECONDS:
+                    last_trim = time.monotonic()
+                    await self.trim()
                 await self._read_new()
             except asyncio.CancelledError:
                 raise
@@ -215,6 +226,20 @@ class Egress:
             for entry_id, fields in entries:
                 self._dispatch(parse_entry(entry_id, fields))
 
+    async def trim(self, *, keep_seconds: float = OUTBOX_KEEP_SECONDS) -> int:
+        """Drop outbox entries every group has acknowledged and that are older than
+        ``keep_seconds`` (kept that long for inspection); returns how many went."""
+        floor = f"{int((time.time() - keep_seconds) * 1000)}-0"
+        groups: Any = await self.redis.xinfo_groups(self.keys.outbox)
+        for group in groups:
+            summary: Any = await self.redis.xpending(self.keys.outbox, group["name"])
+            low = summary["min"] if summary["pending"] else group["last-delivered-id"]
+            if _stream_id(low) < _stream_id(floor):
+                floor = low  # never past an entry someone has not acknowledged
+        if not groups:
+            return 0
+        return int(await self.redis.xtrim(self.keys.outbox, minid=floor, approximate=False))
+
     async def _reclaim(self) -> None:
         """Take over entries another (dead) gateway read but never acknowledged."""
         idle_ms = int(self.settings.reclaim_idle_seconds * 1000)
@@ -244,7 +269,13 @@ class Egress:
 
     async def _drain(self, name: str, lane: asyncio.Queue[Entry]) -> None:
         while not self._closing:
-            entry = await lane.get()
+            try:
+                entry = await asyncio.wait_for(lane.get(), LANE_IDLE_SECONDS)
+            except TimeoutError:
+                if lane.empty():  # no await between this check and the removal
+                    del self._lanes[name], self._lane_tasks[name]
+                    return
+                continue
             if self._closing:  # left pending; the next gateway takes it over
                 return
             try:

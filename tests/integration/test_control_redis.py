@@ -271,3 +271,27 @@ def test_session_tools_read_and_message_runs_with_the_same_rules(deps: Deps) -> 
     assert call("sessions_history", "slack:U1", id="zz").startswith(
         "error: zz is not a run id I know"
     )
+
+
+def test_archived_runs_expire_after_the_retention_and_indexes_are_pruned(deps: Deps) -> None:
+    from workers.maintenance import archive_due
+
+    old = spawn_run(deps, cleanup="delete")
+    deps.transcripts.append(old.session_id, {"role": "user", "content": "t"})
+    finalize_run(deps, old.run_id, status=RunStatus.SUCCESS, result="x")
+    keep = deps.settings.subagents.retention_days * 86_400
+    assert archive_due(deps) == [old.run_id]
+    archived = transcript_key(deps, deps.runs.get(old.run_id))  # type: ignore[arg-type]
+    for key in (deps.keys.run(old.run_id), archived):
+        assert 0 < deps.redis.ttl(key) <= keep  # gone after the retention, not kept forever
+
+    # A later archive pass prunes the indexes of runs older than the retention.
+    long_ago = old.created_at - keep - 60
+    deps.redis.zadd(deps.keys.all_runs, {old.run_id: long_ago})
+    deps.redis.zadd(deps.keys.session_runs(old.session_key), {old.run_id: long_ago})
+    new = spawn_run(deps, cleanup="delete")
+    finalize_run(deps, new.run_id, status=RunStatus.SUCCESS, result="y")
+    assert archive_due(deps) == [new.run_id]
+    assert deps.redis.zscore(deps.keys.all_runs, old.run_id) is None
+    assert deps.redis.zscore(deps.keys.session_runs(old.session_key), old.run_id) is None
+    assert deps.redis.zscore(deps.keys.all_runs, new.run_id) is not None

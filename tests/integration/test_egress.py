@@ -126,3 +126,37 @@ async def test_entries_left_pending_by_a_dead_consumer_are_reclaimed(
     await asyncio.sleep(1.1)
     await run_egress(aredis, channel, lambda e: channel.sent, reclaim_idle_seconds=1)
     assert [m.text for m in channel.sent] == ["orphan"]
+
+
+async def test_trim_drops_only_acknowledged_entries_past_the_keep_window(
+    aredis: aioredis.Redis,
+) -> None:
+    await put(aredis, *(message(f"m{i}", f"k-trim-{i}") for i in range(5)))
+    channel = MemoryChannel()
+    egress = await run_egress(aredis, channel, lambda e: len(channel.sent) == 5)
+    # One more entry, read by a gateway that died before acknowledging it.
+    await put(aredis, message("unacked", "k-trim-unacked"))
+    await aredis.xreadgroup("gateway", "dead", {KEYS.outbox: ">"}, count=10)
+    await put(aredis, message("after", "k-trim-after"))
+
+    assert await egress.trim() == 0  # all younger than the keep window
+    assert await egress.trim(keep_seconds=0) == 5  # the five delivered ones go
+    left = [json.loads(f["data"])["text"] for _, f in await aredis.xrange(KEYS.outbox)]
+    assert left == ["unacked", "after"]  # never past an unacknowledged entry
+
+
+async def test_an_idle_thread_lane_goes_away_and_comes_back(
+    aredis: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bot.gateway.egress.LANE_IDLE_SECONDS", 0.2)
+    channel = MemoryChannel()
+    await put(aredis, message("one", "k-idle-1", thread="a"), message("two", "k-idle-2", "b"))
+
+    async def lanes_gone(egress: Egress) -> bool:
+        return len(channel.sent) == 2 and not egress._lane_tasks
+
+    egress = await run_egress(aredis, channel, lanes_gone)
+    assert not egress._lane_tasks and not egress._lanes
+    await put(aredis, message("three", "k-idle-3", thread="a"))
+    await run_egress(aredis, channel, lambda e: len(channel.sent) == 3)
+    assert [m.text for m in channel.sent] == ["one", "two", "three"]

@@ -72,6 +72,14 @@ class Completion:
         return message
 
 
+def retries_within(budget: float | None, per_attempt: float, configured: int) -> int:
+    """SDK retries allowed so that every attempt (each up to ``per_attempt`` s) fits ``budget``."""
+    if budget is None:
+        return configured
+    fits = int(budget // max(per_attempt, 0.001)) - 1
+    return max(0, min(configured, fits))
+
+
 class ChatModel:
     """A chat-completions client bound to one endpoint.
 
@@ -101,9 +109,14 @@ class ChatModel:
         tools: Sequence[dict[str, Any]] = (),
         thinking: str = "",
         timeout: float | None = None,
+        budget: float | None = None,
         on_text: Callable[[int], None] | None = None,
     ) -> Completion:
-        """Run one streamed completion; ``on_text`` gets the running count of text chars."""
+        """Run one streamed completion; ``on_text`` gets the running count of text chars.
+
+        ``timeout`` bounds each HTTP attempt; ``budget`` (seconds left before the run's
+        deadline) bounds the SDK's retries to the attempts that still fit in it.
+        """
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": list(messages),
@@ -118,9 +131,9 @@ class ChatModel:
         if self.settings.max_output_tokens:
             kwargs["max_completion_tokens"] = self.settings.max_output_tokens
         client = self.client
-        if timeout is not None and timeout < self.settings.request_timeout:
-            # Deadline-bound call: retries would overrun the deadline.
-            client = client.with_options(max_retries=0)
+        retries = retries_within(budget, kwargs["timeout"], self.settings.max_retries)
+        if retries != self.settings.max_retries:
+            client = client.with_options(max_retries=retries)
         stream = client.chat.completions.create(**kwargs)
         return fold_stream(stream, on_text, limit=self.settings.max_reply_chars)
 

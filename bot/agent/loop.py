@@ -104,6 +104,7 @@ def run_loop(
             tools=schemas,
             thinking=thinking,
             timeout=_request_timeout(control, model.settings.request_timeout),
+            budget=control.remaining(),
         )
         meter.usage += completion.usage
         meter.steps += 1

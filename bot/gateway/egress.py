@@ -41,6 +41,7 @@ ALIVE_TTL = 6.0  # a gateway refreshes its liveness key every ALIVE_TTL / 3 seco
 LANE_IDLE_SECONDS = 60.0  # a thread's lane task ends after this long without messages
 OUTBOX_KEEP_SECONDS = 3600.0  # delivered outbox entries are trimmed after this long
 TRIM_EVERY_SECONDS = 60.0
+RETRY_AFTER_CEILING = 900.0  # a platform's Retry-After is honoured up to this
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -376,7 +377,7 @@ class Egress:
                     attempt, base=s.delivery_backoff_seconds, cap=s.delivery_backoff_max_seconds
                 )
             log.info("send of %s failed (%s); retry %d in %.1fs", key, error, attempt, wait)
-            await asyncio.sleep(min(wait, s.delivery_backoff_max_seconds * 5))
+            await asyncio.sleep(min(wait, RETRY_AFTER_CEILING))
 
     @staticmethod
     async def _try_send(adapter: ChannelAdapter, message: Outbound) -> list[str] | DeliveryError:
@@ -396,7 +397,11 @@ class Egress:
         self.delivered_count += 1
 
     async def _dead_letter(self, entry: Entry, reason: str) -> None:
-        log.error("outbox entry %s dead-lettered: %s", entry.entry_id, reason)
+        what = "malformed entry"
+        if entry.message is not None:
+            m = entry.message
+            what = f"{m.kind.value} {m.idempotency_key or '-'} to {entry.lane}"
+        log.error("outbox entry %s (%s) dead-lettered: %s", entry.entry_id, what, reason)
         fields: dict[Any, Any] = {**entry.raw, "reason": reason, "entry_id": entry.entry_id}
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xadd(self.keys.dead_letter, fields, maxlen=100_000, approximate=True)

@@ -287,7 +287,8 @@ async def test_twenty_thousand_character_reply_is_split_and_every_part_accepted(
     assert len(reply) >= 20_000
     expected = re.findall(r"[pc]\d{3}-\d{3}", reply)
     script = ScriptedModel().on("big reply please", Text(reply)).on(lambda _r: True, main_agent)
-    async with running(redis_url, script) as env:
+    uncut = {"max_outbound_chars": 40_000}  # the default (20,000) would cut this reply
+    async with running(redis_url, script, gateway=uncut) as env:
         tg = env.tg
         if limited:  # flood control on part 4: the retry must resume there, not repost 1-3
             tg.inject("sendMessage", status=429, retry_after=2, after=3)

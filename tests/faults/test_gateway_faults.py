@@ -192,13 +192,14 @@ async def test_two_gateways_at_once_never_post_twice(redis_url: str, tmp_path: P
     # An aggressive reclaim makes the two gateways fight over every slow entry.
     async with telegram_env(redis_url, tmp_path, SlowTelegram, reclaim_idle_seconds=0.3) as env:
         with env.gateway(name="a"), env.gateway(name="b"):
+            alive = Keys().gateway_alive("*")
+            await Stack.wait_for(lambda: len(env.client.keys(alive)) == 2, timeout=30)
             texts = []
             for i in range(60):
                 topic = TOPICS[i % len(TOPICS)]
                 texts.append(f"topic {topic} #{i}")
                 env.put(topic, texts[-1])
-                if i % 10 == 0:
-                    await asyncio.sleep(0.2)
+                await asyncio.sleep(0.05)  # both gateways are reading by now
             await Stack.wait_for(lambda: len(env.posted()) >= len(texts), timeout=60)
             await Stack.wait_for(env.drained, timeout=20)
             await asyncio.sleep(1.0)  # a double post, if any, would land now

@@ -56,3 +56,13 @@ def test_policy_deny_wins() -> None:
     names = ["a", "b", "c"]
     assert allowed(names, allow=[], deny=[]) == names
     assert allowed(names, allow=["a", "b"], deny=["b"]) == ["a"]
+
+
+def test_model_retries_are_bounded_by_the_time_left() -> None:
+    from bot.agent.llm import retries_within
+
+    assert retries_within(None, 60, 2) == 2  # no deadline: the configured retries
+    assert retries_within(1000, 60, 2) == 2
+    assert retries_within(130, 60, 2) == 1  # two 60 s attempts fit, not three
+    assert retries_within(59, 59, 3) == 0  # one attempt takes all the time left
+    assert retries_within(3, 1.5, 3) == 1

@@ -125,6 +125,9 @@ class GatewaySettings(BaseModel):
     delivery_backoff_seconds: float = Field(1.0, gt=0)
     delivery_backoff_max_seconds: float = Field(60.0, gt=0)
     reclaim_idle_seconds: float = Field(30.0, gt=0)
+    alive_ttl_seconds: float = Field(
+        6.0, ge=1, le=300, description="A gateway silent this long is presumed dead."
+    )
     dedupe_ttl_seconds: int = Field(86_400, ge=60)
     max_inbound_chars: int = Field(
         32_000,

@@ -37,7 +37,6 @@ _DELETE_IF_EQUAL = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-ALIVE_TTL = 6.0  # a gateway refreshes its liveness key every ALIVE_TTL / 3 seconds
 LANE_IDLE_SECONDS = 60.0  # a thread's lane task ends after this long without messages
 OUTBOX_KEEP_SECONDS = 3600.0  # delivered outbox entries are trimmed after this long
 TRIM_EVERY_SECONDS = 60.0
@@ -134,7 +133,7 @@ class Egress:
         """Read, reclaim and dispatch until cancelled; survives Redis restarts.
 
         Before reading anything new it takes over what dead gateways left unacknowledged
-        (waiting at most :data:`ALIVE_TTL` for a verdict), so a restart keeps each
+        (waiting at most ``alive_ttl_seconds`` for a verdict), so a restart keeps each
         thread's order.
         """
         last_reclaim = last_trim = 0.0
@@ -162,13 +161,14 @@ class Egress:
                 await asyncio.sleep(1.0)
 
     async def _beat(self) -> None:
-        """Refresh this gateway's liveness key (it lapses ALIVE_TTL after a crash)."""
+        """Refresh this gateway's liveness key (it lapses ``alive_ttl_seconds`` after a crash)."""
+        ttl = self.settings.alive_ttl_seconds
         now = time.monotonic()
-        if now - self._last_beat < ALIVE_TTL / 3:
+        if now - self._last_beat < ttl / 3:
             return
         self._last_beat = now
         await self.redis.set(
-            self.keys.gateway_alive(self.consumer), f"{time.time():.3f}", px=int(ALIVE_TTL * 1000)
+            self.keys.gateway_alive(self.consumer), f"{time.time():.3f}", px=int(ttl * 1000)
         )
 
     async def _take_over_dead(self, *, wait: bool) -> None:
@@ -188,7 +188,7 @@ class Egress:
                 await self._claim_all(name)
             elif consumer["pending"]:
                 suspects[name] = seen
-        deadline = time.monotonic() + (ALIVE_TTL + 1 if wait else 0)
+        deadline = time.monotonic() + (self.settings.alive_ttl_seconds + 1 if wait else 0)
         while suspects and time.monotonic() < deadline:
             await asyncio.sleep(0.25)
             for name, seen in list(suspects.items()):
@@ -423,7 +423,7 @@ class Egress:
         """Stop: let sends in flight finish (up to ``grace`` s), then hand over the rest.
 
         Entries read but not sent stay pending; dropping the liveness key lets the next
-        gateway take them over at once instead of after ALIVE_TTL.
+        gateway take them over at once instead of after ``alive_ttl_seconds``.
         """
         self._closing = True
         deadline = time.monotonic() + grace

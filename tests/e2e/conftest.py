@@ -15,7 +15,11 @@ def stack_values(redis_url: str, base_url: str, **extra: Any) -> dict[str, Any]:
         "redis_url": redis_url,
         "openai": {"base_url": base_url, "model": "fake-model", "max_retries": 2},
         "subagents": {"heartbeat_seconds": 0.5, "stale_after_seconds": 3},
-        "gateway": {"progress_edit_seconds": 0.5, "reclaim_idle_seconds": 2},
+        "gateway": {
+            "progress_edit_seconds": 0.5,
+            "reclaim_idle_seconds": 2,
+            "alive_ttl_seconds": 2,
+        },
     }
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(values.get(key), dict):

@@ -98,7 +98,7 @@ async def telegram_env(
                 "poll_timeout_seconds": 1,
             },
             "gateway": {
-                "reclaim_idle_seconds": 2, "delivery_backoff_seconds": 0.1,
+                "reclaim_idle_seconds": 2, "delivery_backoff_seconds": 0.1, "alive_ttl_seconds": 2,
                 "progress_edit_seconds": 0.2, **gateway,
             },
         }  # fmt: skip

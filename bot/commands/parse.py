@@ -25,12 +25,14 @@ class Command:
 
 
 def parse_command(text: str) -> Command | None:
-    """``/subagents list`` -> Command("subagents", ("list",)); plain text -> None."""
+    """``/subagents list`` -> Command("subagents", ("list",)); plain text -> None.
+
+    Any whitespace ends the name (a tab, a newline, the non-breaking space some clients
+    send), the same whitespace :meth:`str.split` uses for the arguments.
+    """
     stripped = text.lstrip()
     if not stripped.startswith("/") or len(stripped) < 2 or not stripped[1].isalpha():
         return None
-    head, _, rest = stripped[1:].partition(" ")
-    head, _, tail = head.partition("\n")
-    rest = (tail + " " + rest).strip() if tail else rest.strip()
-    rest = rest[:MAX_ARGS_CHARS]
+    head, *tail = stripped[1:].split(None, 1)
+    rest = tail[0].strip()[:MAX_ARGS_CHARS] if tail else ""
     return Command(name=head.lower(), args=tuple(rest.split()), rest=rest)

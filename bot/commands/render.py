@@ -17,6 +17,9 @@ from bot.types import RunRecord, RunStatus
 
 NAME_CHARS = 72
 LOG_LINE_CHARS = 400
+ROLE_CHARS = 20
+LIST_MAX = 15
+"""``/subagents list`` shows this many newest runs, so the answer fits one message."""
 
 ICONS = {
     RunStatus.QUEUED: "⏳",
@@ -64,10 +67,18 @@ def render_list(runs: Sequence[RunRecord], *, now: float, scope: str = "this thr
         return EMPTY_LIST
     active = sum(1 for r in runs if not r.status.terminal)
     lines = [f"**Subagents in {scope}** — {active} active · {len(runs) - active} done"]
-    for number, run in enumerate(runs, start=1):
+    for number, run in enumerate(runs[:LIST_MAX], start=1):
         lines.append(
             f"{number}. {ICONS[run.status]} {run.status.value} · {run_name(run)} · "
             f"{timing(run, now)} · `{run.run_id[:8]}` · `{run.child_session_key}`"
+        )
+    older = runs[LIST_MAX:]
+    if older:
+        busy = sum(1 for r in older if not r.status.terminal)
+        lines.append(
+            f"…and {len(older)} older (#{LIST_MAX + 1}–#{len(runs)}"
+            + (f", {busy} of them still active" if busy else "")
+            + f"); `/subagents info {LIST_MAX + 1}` and the like show any of them."
         )
     return "\n".join(lines)
 
@@ -164,16 +175,22 @@ def render_log(
 
 
 def log_line(message: Mapping[str, Any]) -> str:
-    """One transcript message as ``role: text`` (tool calls as ``name(args)``)."""
-    role = str(message.get("role", "?"))
+    """One transcript message as ``role: text`` (tool calls as ``name(args)``).
+
+    Tolerates any JSON shape (a transcript holds what models and tools produced), and
+    stays within :data:`LOG_LINE_CHARS` plus the role.
+    """
+    role = one_line(str(message.get("role", "?")), ROLE_CHARS).replace("*", "") or "?"
     parts: list[str] = []
     content = message.get("content")
     if isinstance(content, str) and content.strip():
         parts.append(content)
     elif isinstance(content, list):
         parts.append(" ".join(str(p.get("text", "")) for p in content if isinstance(p, dict)))
-    for call in message.get("tool_calls") or ():
-        fn = call.get("function", {}) if isinstance(call, dict) else {}
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        fn = fn if isinstance(fn, dict) else {}
         parts.append(f"🔧 {fn.get('name', '?')}({_args(fn.get('arguments', ''))})")
     text = one_line(" ".join(parts), LOG_LINE_CHARS) or "(empty)"
     return f"**{role}**: {text}"
@@ -182,7 +199,7 @@ def log_line(message: Mapping[str, Any]) -> str:
 def _args(raw: Any) -> str:
     try:
         data = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # models write broken JSON too
         return str(raw)
     if isinstance(data, dict):
         return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in data.items())

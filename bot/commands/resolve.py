@@ -9,7 +9,8 @@ Forms, tried in this order:
 * a run-id prefix of at least :data:`MIN_PREFIX` characters (unique in scope).
 
 An all-digit token that is out of range as a list number is also tried as a run-id prefix,
-because run ids are hex and may start with digits.
+because run ids are hex and may start with digits; so is one with a leading zero
+(``0042``), which no list number has.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ def _by_prefix(token: str, shown: str, runs: Sequence[RunRecord]) -> Resolution:
 def _number(token: str) -> int | None:
     digits = token[1:] if token.startswith("#") else token
     if digits.isdigit() and digits.isascii() and len(digits) <= 9:
+        if len(digits) > 1 and digits.startswith("0") and not token.startswith("#"):
+            return None  # a run-id prefix such as 0042ab…, not list number 42
         return int(digits)
     return None
 

@@ -50,5 +50,6 @@ class CommandRouter:
     def dispatch(self, request: CommandRequest) -> str:
         handler = self._handlers.get(request.command.name)
         if handler is None:
-            return f"Unknown command `/{request.command.name[:32]}`. Try `/help`."
+            shown = request.command.name[:32].replace("`", "'")
+            return f"Unknown command `/{shown}`. Try `/help`."
         return handler(request)

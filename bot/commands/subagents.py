@@ -74,7 +74,8 @@ def parse_subagents(command: Command) -> SubagentsRequest | str:
     if action == "send":
         parts = command.rest.split(None, 2)
         if len(parts) < 3 or not parts[2].strip():
-            return f"`/subagents send {target[:40]}` needs a message to send.\n{USAGE}"
+            shown = target[:40].replace("`", "'")
+            return f"`/subagents send {shown}` needs a message to send.\n{USAGE}"
         return SubagentsRequest(action="send", target=target, message=parts[2].strip())
     if len(args) > 2:
         return f"`/subagents {action}` takes one id, e.g. `/subagents {action} 1`.\n{USAGE}"

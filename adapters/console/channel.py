@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import itertools
+import logging
 import sys
 import threading
 import uuid
@@ -13,6 +15,8 @@ from typing import TextIO
 from adapters.console.convert import line_to_inbound, render, render_edit, switch_target
 from bot.ports import InboundSink
 from bot.types import Outbound, ThreadRef
+
+log = logging.getLogger(__name__)
 
 
 class ConsoleChannel:
@@ -51,8 +55,15 @@ class ConsoleChannel:
 
     def _pump(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str]) -> None:
         # A daemon thread, not the default executor: a blocked readline must not hold up exit.
-        for line in iter(self.stdin.readline, ""):
-            loop.call_soon_threadsafe(lines.put_nowait, line)
+        if isinstance(self.stdin, io.TextIOWrapper):
+            # Bytes invalid in the terminal's encoding become U+FFFD; a strict decoder would
+            # kill this thread and leave the console waiting for input forever.
+            self.stdin.reconfigure(errors="replace")
+        try:
+            for line in iter(self.stdin.readline, ""):
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+        except (OSError, ValueError):
+            log.warning("console: reading input failed; treating it as end of input", exc_info=True)
         loop.call_soon_threadsafe(lines.put_nowait, "")
 
     async def _read(self, sink: InboundSink) -> None:

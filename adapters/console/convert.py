@@ -22,13 +22,18 @@ def switch_target(line: str) -> str | None:
 
 
 def line_to_inbound(line: str, *, thread: str, user: str, message_id: str) -> Inbound | None:
+    """A typed line; ``None`` for a blank one.
+
+    Undecodable input bytes arrive as lone surrogates (Python's ``surrogateescape`` stdin in
+    a C/POSIX locale); they become U+FFFD, since nothing downstream can encode them.
+    """
     text = line.rstrip("\r\n")
     if not text.strip():
         return None
     return Inbound(
         thread=thread_ref(thread),
         sender=Sender(user_id=user, display_name=user),
-        text=text[:MAX_LINE],
+        text=text[:MAX_LINE].encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"),
         message_id=message_id,
         mentioned=True,
     )

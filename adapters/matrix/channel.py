@@ -213,7 +213,17 @@ class MatrixChannel:
         )
         sender = source.get("sender")
         name = room.user_name(sender) if isinstance(sender, str) else None
-        inbound = convert.inbound_from_event(source, room=context, sender_name=name or "")
+        try:
+            inbound = convert.inbound_from_event(source, room=context, sender_name=name or "")
+        except Exception:
+            # Never let one event fail the sync: its token would not be saved, and the same
+            # batch, with the same event, would come back on every retry.
+            log.warning(
+                "matrix: dropped event %s that failed conversion",
+                source.get("event_id"),
+                exc_info=True,
+            )
+            return
         if inbound is None or self._sink is None:
             return
         if inbound.thread.thread:

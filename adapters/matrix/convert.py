@@ -56,19 +56,30 @@ class RoomContext:
         return self.member_count == 2
 
 
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD (valid pairs are joined)."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def inbound_from_event(
     event: Mapping[str, Any], *, room: RoomContext, sender_name: str = ""
 ) -> Inbound | None:
-    """Convert one ``m.room.message`` event; ``None`` for anything that is not a text message."""
+    """Convert one ``m.room.message`` event; ``None`` for anything that is not a text message.
+
+    Never raises: the event is whatever a room member sent (nio hands over schema-invalid
+    events too, as ``BadEvent``), so every field is type-checked, and strings are made
+    valid Unicode.
+    """
     if event.get("type") != "m.room.message":
         return None
     content = event.get("content")
     sender = event.get("sender")
     event_id = event.get("event_id")
-    if not isinstance(content, Mapping) or not isinstance(sender, str):
+    if not isinstance(content, Mapping) or not isinstance(sender, str) or not sender:
         return None
     if not isinstance(event_id, str) or not event_id:
         return None
+    sender, event_id = valid_text(sender), valid_text(event_id)
     relates = content.get("m.relates_to")
     relates = relates if isinstance(relates, Mapping) else {}
     is_edit = relates.get("rel_type") == "m.replace"
@@ -77,8 +88,9 @@ def inbound_from_event(
         return None
     msgtype = body_source.get("msgtype")
     body = body_source.get("body")
-    if msgtype not in TEXT_MSGTYPES or not isinstance(body, str):
+    if not isinstance(msgtype, str) or msgtype not in TEXT_MSGTYPES or not isinstance(body, str):
         return None
+    body = valid_text(body)
     if "m.in_reply_to" in relates and not relates.get("is_falling_back"):
         body = strip_reply_fallback(body)
     text = normalize_command(strip_mention(body, room))
@@ -89,7 +101,7 @@ def inbound_from_event(
         thread=_thread_of(relates, event_id, room, opens_thread=opens_thread),
         sender=Sender(
             user_id=sender,
-            display_name=sender_name,
+            display_name=valid_text(sender_name),
             is_bot=msgtype == "m.notice",
             is_self=sender == room.bot_user_id,
         ),
@@ -106,8 +118,8 @@ def _thread_of(
 ) -> ThreadRef:
     thread: str | None = None
     root = relates.get("event_id")
-    if relates.get("rel_type") == "m.thread" and isinstance(root, str):
-        thread = root
+    if relates.get("rel_type") == "m.thread" and isinstance(root, str) and root:
+        thread = valid_text(root)
     elif opens_thread and room.thread_replies and not room.is_dm:
         thread = event_id
     return ThreadRef(

@@ -153,15 +153,16 @@ class SlackChannel:
 
     async def _on_event(self, body: dict[str, Any]) -> None:
         if self.identity is not None:
-            await self._deliver(convert.event_to_inbound(body, self.identity))
+            me = self.identity
+            await self._deliver(_converted(convert.event_to_inbound, body, me))
 
     async def _on_command(self, ack: Callable[[], Awaitable[Any]], body: dict[str, Any]) -> None:
         await ack()
         if self.identity is not None:
-            inbound = convert.command_to_inbound(
-                body, self.identity, slash_command=self._settings.slash_command
+            me, name = self.identity, self._settings.slash_command
+            await self._deliver(
+                _converted(convert.command_to_inbound, body, me, slash_command=name)
             )
-            await self._deliver(inbound)
 
     async def _deliver(self, inbound: Inbound | None) -> None:
         if inbound is not None and self._sink is not None:
@@ -263,6 +264,21 @@ class SlackChannel:
         if self._client is None:
             raise DeliveryError("the Slack channel is not started")
         return self._client
+
+
+def _converted(
+    conversion: Callable[..., Inbound | None], body: Any, *args: Any, **kw: Any
+) -> Inbound | None:
+    """Convert, or log and drop: Slack retries a failed event, and would fail the same way.
+
+    Converters return ``None`` for anything malformed; an exception here is a converter bug,
+    and letting it reach bolt would turn one bad payload into retries and an error per try.
+    """
+    try:
+        return conversion(body, *args, **kw)
+    except Exception:
+        log.warning("slack: dropped an event that failed conversion: %.300r", body, exc_info=True)
+        return None
 
 
 def _secret(value: Any) -> str:

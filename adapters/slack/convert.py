@@ -6,6 +6,10 @@ under it; a top-level DM keeps ``thread=None`` (one session per user), a DM thre
 own session. The dedupe id is ``<channel>:<ts>`` of the message, not the envelope's
 ``event_id``: Slack retries re-send the same message, and a mention arrives twice (as
 ``app_mention`` and as ``message``) with different event ids but the same ts.
+
+Conversion never raises: anything malformed is ``None``. Strings are made valid Unicode
+(a JSON body may escape lone surrogates, which Redis and every JSON encoder downstream
+reject), and a message without a channel or ts is dropped.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ import html
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from bot.types import Inbound, Platform, Sender, ThreadRef
 
@@ -25,6 +29,15 @@ from bot.types import Inbound, Platform, Sender, ThreadRef
 CONVERSATION_SUBTYPES = frozenset({"thread_broadcast", "file_share", "me_message", "bot_message"})
 
 _LINK = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD (valid pairs are joined)."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+_Text = Annotated[str, AfterValidator(valid_text)]
+_Id = Annotated[str, AfterValidator(valid_text), Field(min_length=1)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,15 +55,15 @@ class _Event(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: str
-    channel: str
-    ts: str
-    text: str = ""
-    user: str | None = None
-    bot_id: str | None = None
+    channel: _Id
+    ts: _Id
+    text: _Text = ""
+    user: _Text | None = None
+    bot_id: _Text | None = None
     subtype: str | None = None
-    thread_ts: str | None = None
+    thread_ts: _Text | None = None
     channel_type: str | None = None
-    team: str | None = None
+    team: _Text | None = None
     user_profile: dict[str, Any] | None = None
 
 
@@ -60,13 +73,13 @@ class _Command(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     command: str
-    channel_id: str
-    user_id: str
-    team_id: str = ""
-    text: str = ""
-    trigger_id: str = ""
+    channel_id: _Id
+    user_id: _Id
+    team_id: _Text = ""
+    text: _Text = ""
+    trigger_id: _Text = ""
     channel_name: str = ""
-    user_name: str = ""
+    user_name: _Text = ""
 
 
 def dedupe_id(channel: str, ts: str) -> str:
@@ -96,7 +109,7 @@ def event_to_inbound(body: Mapping[str, Any], me: BotIdentity) -> Inbound | None
         return None
     is_dm = _is_dm(event.channel, event.channel_type)
     text, mentioned = strip_mention(event.text, me.user_id)
-    team = str(body.get("team_id") or event.team or me.team_id)
+    team = valid_text(str(body.get("team_id") or event.team or me.team_id))
     return Inbound(
         thread=ThreadRef(
             platform=Platform.SLACK,
@@ -190,5 +203,5 @@ def _display_name(profile: Mapping[str, Any] | None) -> str:
     for key in ("display_name", "real_name", "name"):
         value = profile.get(key)
         if isinstance(value, str) and value:
-            return value
+            return valid_text(value)
     return ""

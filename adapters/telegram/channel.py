@@ -193,7 +193,15 @@ class TelegramChannel:
         return web.Response(status=200)
 
     async def _deliver(self, data: dict[str, Any]) -> None:
-        inbound = to_inbound(data, me=self.me, commands=[n for n, _ in self._commands])
+        try:
+            inbound = to_inbound(data, me=self.me, commands=[n for n, _ in self._commands])
+        except Exception:
+            # A converter bug, not a sink failure: answering 500 would make Telegram
+            # redeliver this update (and hold back the ones after it) forever.
+            log.warning(
+                "telegram: dropped an update that failed conversion: %.300r", data, exc_info=True
+            )
+            return
         if inbound is not None and self._sink is not None:
             await self._sink(inbound)
 

@@ -10,16 +10,18 @@ Pure functions over the Bot API's JSON (as received by a webhook or from PTB's
   bot's messages, a command addressed to the bot (``/cmd@BotName``, or one of our commands
   without ``@``), and every DM. ``/cmd@OtherBot`` is for another bot: dropped.
 * Channel posts, service messages (topic created, members joined, ...) and anything that
-  fails validation are dropped (``None``); conversion never raises.
+  fails validation are dropped (``None``); conversion never raises. Malformed UTF-16 in a
+  message's text (a lone surrogate, an entity that splits a pair) drops the message; names
+  have lone surrogates replaced. Ids are 64-bit, as in the Bot API.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from bot.types import Inbound, Platform, Sender, ThreadRef
 
@@ -43,22 +45,30 @@ class BotIdentity:
     username: str
 
 
+def _valid_text(text: str) -> str:
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+_Id = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+_Name = Annotated[str, AfterValidator(_valid_text)]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class _User(_Model):
-    id: int
+    id: _Id
     is_bot: bool = False
-    first_name: str = ""
-    last_name: str | None = None
-    username: str | None = None
+    first_name: _Name = ""
+    last_name: _Name | None = None
+    username: _Name | None = None
 
 
 class _Chat(_Model):
-    id: int
+    id: _Id
     type: str
-    title: str | None = None
+    title: _Name | None = None
     is_forum: bool = False
 
 
@@ -70,13 +80,13 @@ class _Entity(_Model):
 
 
 class _Replied(_Model):
-    message_id: int
+    message_id: _Id
     from_: _User | None = Field(None, alias="from")
     forum_topic_created: dict[str, Any] | None = None
 
 
 class _Message(_Model):
-    message_id: int
+    message_id: _Id
     chat: _Chat
     from_: _User | None = Field(None, alias="from")
     sender_chat: _Chat | None = None
@@ -84,15 +94,15 @@ class _Message(_Model):
     entities: list[_Entity] = Field(default_factory=list)
     caption: str | None = None
     caption_entities: list[_Entity] = Field(default_factory=list)
-    message_thread_id: int | None = None
+    message_thread_id: _Id | None = None
     is_topic_message: bool = False
     is_automatic_forward: bool = False
     reply_to_message: _Replied | None = None
-    edit_date: int | None = None
+    edit_date: _Id | None = None
 
 
 class _Update(_Model):
-    update_id: int
+    update_id: _Id
     message: _Message | None = None
     edited_message: _Message | None = None
 
@@ -119,7 +129,7 @@ def to_inbound(
         return None
     try:
         stripped = _address(text, entities, me, commands)
-    except UnicodeDecodeError:  # entity offsets that split a surrogate pair: malformed
+    except UnicodeError:  # a lone surrogate, or entity offsets that split a pair: malformed
         return None
     if stripped is None:
         return None

@@ -127,10 +127,19 @@ def _table(node: SyntaxTreeNode) -> str:
 
 
 def _plain(node: SyntaxTreeNode) -> str:
+    """Text of an inline node (table cells: no tags in ``<pre>``, so links show their URL)."""
     if node.type in ("text", "code_inline", "html_inline"):
         return node.content
     if node.type in ("softbreak", "hardbreak"):
         return " "
+    inner = _alt(node)
+    if node.type in ("link", "image"):
+        href = str(node.attrs.get("href") or node.attrs.get("src") or "")
+        return f"{inner} ({href})" if inner and href and href != inner else inner or href
+    return inner
+
+
+def _alt(node: SyntaxTreeNode) -> str:
     return "".join(_plain(child) for child in node.children)
 
 
@@ -159,7 +168,8 @@ def _inline(node: SyntaxTreeNode) -> str:
     if kind in _WRAP:
         return f"<{_WRAP[kind]}>{_inlines(node)}</{_WRAP[kind]}>"
     if kind in ("link", "image"):
-        label = _inlines(node) if kind == "link" else html.escape(str(node.attrs.get("alt", "")))
+        # An image's alt text is its children (markdown-it fills ``alt`` only when rendering).
+        label = _inlines(node) if kind == "link" else html.escape(_alt(node), quote=False)
         href = str(node.attrs.get("href") or node.attrs.get("src") or "")
         if not href.lower().startswith(_SAFE_SCHEMES):
             return label or html.escape(href, quote=False)

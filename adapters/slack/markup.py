@@ -8,6 +8,7 @@ when it is a ``#!`` shebang (the library drops it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,9 @@ Chunker = Callable[[str, int], list[str]]
 """``(text, limit) -> parts``, each at most ``limit`` characters, code fences balanced."""
 
 FENCE = "```"
+# ``<!channel>``, ``<!here>``, ``<!everyone>``, ``<!subteam^ID>`` notify whole groups; model
+# output (which may echo a prompt injection) must never do that, so they are shown as text.
+_BROADCAST = re.compile(r"<(!(?:channel|here|everyone|subteam\^[^>|]*)(?:\|[^>]*)?)>")
 
 
 def escape(text: str) -> str:
@@ -44,6 +48,7 @@ def to_mrkdwn(markdown: str) -> str:
     if not markdown.strip():
         return markdown
     rendered: str = _Renderer(markdown).slackify()
+    rendered = _BROADCAST.sub(lambda m: f"&lt;{m[1]}&gt;", rendered)
     return rendered.rstrip("\n")
 
 

@@ -300,3 +300,19 @@ def test_split_balances_fences_below_the_limit() -> None:
     joined = "\n".join(parts)
     assert all(f"line {i} = {i * 7}" in joined for i in range(400))
     assert joined.index("intro") < joined.index("middle") < joined.index("end")
+
+
+@pytest.mark.parametrize(
+    ("markdown", "expected"),
+    [
+        ("ping <!channel> now", "ping &lt;!channel&gt; now"),
+        ("<!here|here>", "&lt;!here|here&gt;"),
+        ("<!everyone>", "&lt;!everyone&gt;"),
+        ("<!subteam^S1|devs> look", "&lt;!subteam^S1|devs&gt; look"),
+        ("ask <@U123>", "ask <@U123>"),  # a single person may still be mentioned
+    ],
+)
+def test_model_output_never_notifies_a_whole_channel(markdown: str, expected: str) -> None:
+    from adapters.slack.markup import to_mrkdwn
+
+    assert to_mrkdwn(markdown) == expected

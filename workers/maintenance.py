@@ -51,6 +51,8 @@ def _verdict(deps: Deps, record: RunRecord, now: float) -> tuple[RunStatus, str]
             return RunStatus.UNKNOWN, f"the worker stopped responding (no heartbeat for {stale:g}s)"
         return None
     if record.status is RunStatus.QUEUED:
+        if now - record.created_at < stale:
+            return None  # spawn writes the record just before it enqueues the job
         try:
             job = Job.fetch(record.job_id, connection=deps.redis, serializer=JSONSerializer)
         except NoSuchJobError:

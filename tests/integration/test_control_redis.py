@@ -295,3 +295,16 @@ def test_archived_runs_expire_after_the_retention_and_indexes_are_pruned(deps: D
     assert deps.redis.zscore(deps.keys.all_runs, old.run_id) is None
     assert deps.redis.zscore(deps.keys.session_runs(old.session_key), old.run_id) is None
     assert deps.redis.zscore(deps.keys.all_runs, new.run_id) is not None
+
+
+def test_the_reaper_leaves_a_just_spawned_run_alone_until_its_job_is_overdue(deps: Deps) -> None:
+    from workers.maintenance import reap
+
+    record = spawn_run(deps)
+    Job.fetch(record.job_id, connection=deps.redis, serializer=JSONSerializer).delete()
+    # The record exists before its job is enqueued: a sweep in between must not end it.
+    assert reap(deps, now=record.created_at + 0.05) == []
+    assert deps.runs.get(record.run_id).status is RunStatus.QUEUED  # type: ignore[union-attr]
+    stale = deps.settings.subagents.stale_after_seconds
+    assert reap(deps, now=record.created_at + stale + 1) == [record.run_id]
+    assert deps.runs.get(record.run_id).status is RunStatus.UNKNOWN  # type: ignore[union-attr]

@@ -32,9 +32,15 @@ def _settings() -> Settings:
 
 
 def _log_to(settings: Settings, path: Path | None) -> None:
+    from bot import failpoints
     from bot.logs import configure
 
     configure(settings, path)
+    try:
+        failpoints.load()
+    except ValueError as exc:
+        typer.echo(f"fanbot: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()

@@ -55,11 +55,17 @@ def parse(spec: str) -> dict[str, _Point]:
 _points: dict[str, _Point] | None = None
 
 
+def load() -> None:
+    """Read ``FANBOT_FAILPOINTS`` now (at start-up), so a typo fails fast with a clear error."""
+    global _points
+    _points = parse(os.environ.get(ENV, ""))
+
+
 def hit(name: str) -> None:
     """Trigger failpoint ``name`` if this process was configured with it."""
-    global _points
     if _points is None:
-        _points = parse(os.environ.get(ENV, ""))
+        load()
+    assert _points is not None
     point = _points.get(name)
     if point is None:
         return

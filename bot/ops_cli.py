@@ -60,11 +60,7 @@ def find_run(deps: Deps, token: str) -> RunRecord | str:
         return exact
     if len(token) < MIN_PREFIX:
         return f"'{token}' is too short: give a run id or a prefix of {MIN_PREFIX}+ characters"
-    hits = [
-        i
-        for raw in cast("list[bytes]", deps.redis.zrange(deps.keys.all_runs, 0, -1))
-        if (i := raw.decode()).startswith(token)
-    ]
+    hits = [i for i in deps.runs.all_ids() if i.startswith(token)]
     if not hits:
         return f"no run id starts with '{token}'"
     if len(hits) > 1:

@@ -80,10 +80,7 @@ async def run_latency(*, runs: int = 24, workers: int = 4, batch: int = 3) -> li
                         await channel.say(f"go {i}", thread=channel.thread(f"t{i}"))
                     await stack.wait_for(lambda: len(channel.delivered_at) >= runs, timeout=300)
             client = redis.Redis.from_url(server.url)
-            registry = RunsRegistry(redis=client, keys=Keys())
-            raw: list[bytes] = client.zrange(Keys().all_runs, 0, -1)  # type: ignore[assignment]
-            ids = [i.decode() for i in raw]
-            records = registry.get_many(ids)
+            records = RunsRegistry(redis=client, keys=Keys()).all()
             start = [(r.started_at or 0) - r.created_at for r in records]
             announce = [channel.delivered_at[r.run_id] - (r.ended_at or 0) for r in records]
             client.close()

@@ -211,12 +211,7 @@ class Egress:
                 self.keys.outbox, GROUP, self.consumer, min_idle_time=0, message_ids=ids
             )
             log.warning("took over %d undelivered entries from gateway %s", len(ids), dead)
-            found = set()
-            for entry_id, fields in claimed:
-                found.add(entry_id)
-                self._dispatch(parse_entry(entry_id, fields))
-            for gone in set(ids) - found:  # trimmed away: nothing to deliver
-                await self.redis.xack(self.keys.outbox, GROUP, gone)
+            await self._dispatch_claimed(ids, claimed)
         await self.redis.xgroup_delconsumer(self.keys.outbox, GROUP, dead)
 
     async def _read_new(self) -> None:
@@ -250,13 +245,19 @@ class Egress:
                 self.keys.outbox, GROUP, self.consumer, idle_ms, start_id=start, count=100
             )
             start, entries = result[0], result[1]
-            for entry_id, fields in entries:
-                if fields:
-                    self._dispatch(parse_entry(entry_id, fields))
-                else:  # trimmed away under us: nothing to deliver
-                    await self.redis.xack(self.keys.outbox, GROUP, entry_id)
+            await self._dispatch_claimed([entry_id for entry_id, _ in entries], entries)
             if start in ("0-0", b"0-0"):
                 return
+
+    async def _dispatch_claimed(self, ids: list[Any], entries: Any) -> None:
+        """Queue claimed entries; acknowledge ids whose entry was trimmed away meanwhile."""
+        found = set()
+        for entry_id, fields in entries:
+            if fields:
+                found.add(entry_id)
+                self._dispatch(parse_entry(entry_id, fields))
+        for gone in [i for i in ids if i not in found]:  # nothing left to deliver
+            await self.redis.xack(self.keys.outbox, GROUP, gone)
 
     def _dispatch(self, entry: Entry) -> None:
         if entry.entry_id in self._queued:

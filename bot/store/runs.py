@@ -176,6 +176,14 @@ class RunsRegistry:
                 pipe.hgetall(self.keys.run(run_id))
             return [decode_record(raw) for raw in pipe.execute() if raw]
 
+    def all_ids(self) -> list[str]:
+        """Every run id still indexed, oldest first."""
+        return [_text(i) for i in self.redis.zrange(self.keys.all_runs, 0, -1)]
+
+    def all(self) -> list[RunRecord]:
+        """Every run still indexed, oldest first (records that expired are skipped)."""
+        return self.get_many(self.all_ids())
+
     def session_runs(self, session_key: str) -> list[RunRecord]:
         """Runs spawned from ``session_key``, newest first."""
         ids = self.redis.zrevrange(self.keys.session_runs(session_key), 0, -1)

@@ -47,8 +47,7 @@ def runs(redis_url: str) -> RunsRegistry:
 
 
 def only_run(registry: RunsRegistry) -> RunRecord | None:
-    ids = registry.redis.zrange(Keys().all_runs, 0, -1)
-    records = registry.get_many(i.decode() for i in ids)  # type: ignore[union-attr]
+    records = registry.all()
     return records[0] if records else None
 
 

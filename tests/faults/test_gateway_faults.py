@@ -266,9 +266,7 @@ def tg_model() -> ScriptedModel:
 
 
 def finished_runs(client: redis.Redis) -> int:
-    ids = [i.decode() for i in client.zrange(Keys().all_runs, 0, -1)]  # type: ignore[union-attr]
-    records = RunsRegistry(redis=client, keys=Keys()).get_many(ids)
-    return sum(r.status.terminal for r in records)
+    return sum(r.status.terminal for r in RunsRegistry(redis=client, keys=Keys()).all())
 
 
 def outbox_texts(client: redis.Redis, topic: int) -> list[str]:

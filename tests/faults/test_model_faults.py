@@ -94,9 +94,7 @@ class Env:
         """Every run by task text."""
         client = redis.Redis.from_url(self.redis_url)
         try:
-            registry = RunsRegistry(redis=client, keys=Keys())
-            ids = [i.decode() for i in client.zrange(Keys().all_runs, 0, -1)]  # type: ignore[union-attr]
-            return {r.task: r for r in registry.get_many(ids)}
+            return {r.task: r for r in RunsRegistry(redis=client, keys=Keys()).all()}
         finally:
             client.close()
 

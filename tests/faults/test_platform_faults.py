@@ -30,13 +30,14 @@ from adapters.telegram import build as build_telegram
 from bot.config import Settings
 from bot.doctor import Check, check_dead_letters
 from bot.keys import Keys
+from bot.store.runs import RunsRegistry
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_slack import FakeSlack
 from bot.testing.fake_telegram import FakeTelegram, forum
 from bot.testing.scripted import Call, ChatRequest, Reply, ScriptedModel, Text, ToolCalls
 from bot.testing.scripted import is_subagent as _is_subagent
 from bot.testing.stack import Stack, hermetic_env
-from bot.types import Outbound, RunStatus
+from bot.types import Outbound
 from tests.e2e.conftest import stack_values
 
 pytestmark = pytest.mark.e2e
@@ -197,9 +198,8 @@ class Env:
 
     def runs_terminal(self, count: int) -> bool:
         with self.client() as client:
-            ids: Any = client.zrange(self.keys.all_runs, 0, -1)
-            statuses = [client.hget(self.keys.run(i), "status") for i in ids]
-        return len(statuses) == count and all(RunStatus(s).terminal for s in statuses if s)
+            records = RunsRegistry(redis=client, keys=self.keys).all()
+        return len(records) == count and all(r.status.terminal for r in records)
 
     def announces_written(self) -> list[Outbound]:
         return [m for _, m in self.outbox() if is_announce(m.text)]

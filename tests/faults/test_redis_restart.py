@@ -35,8 +35,7 @@ def snapshot(url: str) -> dict[str, object]:
     client = redis.Redis.from_url(url, decode_responses=True)
     try:
         keys = Keys()
-        ids = client.zrange(keys.all_runs, 0, -1)
-        records = RunsRegistry(redis=client, keys=keys).get_many(ids)  # type: ignore[arg-type]
+        records = RunsRegistry(redis=client, keys=keys).all()
         history = [k for k in client.scan_iter(f"{keys.prefix}session:*:history")]
         return {
             "runs": {r.run_id: r.status for r in records},

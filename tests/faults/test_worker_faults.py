@@ -33,9 +33,7 @@ DEFAULT_TIMERS = {"heartbeat_seconds": 2.0, "stale_after_seconds": 10.0}
 def statuses(redis_url: str) -> dict[str, RunStatus]:
     client = redis.Redis.from_url(redis_url)
     try:
-        registry = RunsRegistry(redis=client, keys=Keys())
-        ids = [i.decode() for i in client.zrange(Keys().all_runs, 0, -1)]  # type: ignore[union-attr]
-        return {r.task: r.status for r in registry.get_many(ids)}
+        return {r.task: r.status for r in RunsRegistry(redis=client, keys=Keys()).all()}
     finally:
         client.close()
 

@@ -1,29 +1,30 @@
-"""The typed bag of dependencies that jobs, tools and the gateway receive explicitly."""
+"""The typed bag of stores that jobs, tools, commands and the gateway receive explicitly.
+
+It holds the stores only: the model client travels separately (a backup finalizer or a
+chat command must not build an OpenAI client to write a Redis hash).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import redis
 from redis import Redis
-from rq import Queue
-from rq.serializers import JSONSerializer
 
-from bot.agent.llm import ChatModel
 from bot.config import Settings
 from bot.keys import Keys
+from bot.store.connect import connect
+from bot.store.dedupe import Dedupe
 from bot.store.history import HistoryStore
+from bot.store.jobs import Jobs
+from bot.store.leases import Leases
 from bot.store.runs import RunsRegistry
+from bot.store.stops import Stops
 from bot.store.transcripts import TranscriptStore
-
-TURNS_QUEUE = "turns"
-SUBAGENTS_QUEUE = "subagents"
-SUBAGENT_SLOT_KEY = "subagents"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Deps:
-    """Everything a job or a tool needs, built once per process from settings."""
+    """Settings and every Redis owner, built once per process from settings."""
 
     settings: Settings
     redis: Redis
@@ -31,7 +32,10 @@ class Deps:
     runs: RunsRegistry
     history: HistoryStore
     transcripts: TranscriptStore
-    model: ChatModel
+    jobs: Jobs
+    stops: Stops
+    dedupe: Dedupe
+    leases: Leases
 
     @classmethod
     def build(cls, settings: Settings, *, client: Redis | None = None) -> Deps:
@@ -49,27 +53,11 @@ class Deps:
                 max_chars=settings.history.max_message_chars,
             ),
             transcripts=TranscriptStore(redis=client, keys=keys),
-            model=ChatModel(settings=settings.openai),
+            jobs=Jobs(redis=client),
+            stops=Stops(redis=client, keys=keys),
+            dedupe=Dedupe(redis=client, keys=keys),
+            leases=Leases(redis=client, keys=keys),
         )
 
-    def queue(self, name: str) -> Queue:
-        return Queue(name, connection=self.redis, serializer=JSONSerializer)
-
     def close(self) -> None:
-        self.model.close()
         self.redis.close()
-
-
-def connect(url: str) -> Redis:
-    """A sync client with bounded timeouts and retry on connection errors."""
-    from redis.backoff import ExponentialBackoff
-    from redis.retry import Retry
-
-    return Redis.from_url(
-        url,
-        socket_timeout=30,
-        socket_connect_timeout=5,
-        health_check_interval=15,
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=20),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-    )

@@ -8,6 +8,7 @@
     ├── DeliveryError        a platform refused or failed a send (retry_after, permanent)
     ├── ToolError            a tool call the model made is invalid; the model sees the text
     │   └── SpawnRejected    sessions_spawn parameters are invalid
+    ├── ModelCallFailed      the model endpoint failed a call after its retries
     └── RunInterrupted       a run must end early (stop flag or soft deadline)
         ├── RunStopped
         └── RunDeadline
@@ -51,6 +52,19 @@ class ToolError(FanbotError):
 
 class SpawnRejected(ToolError):
     """``sessions_spawn`` was called with invalid parameters."""
+
+
+class ModelCallFailed(FanbotError):
+    """The model endpoint failed a call (after the client's retries).
+
+    Args:
+        message: What failed, safe to show (an HTTP status and the endpoint's words).
+        timed_out: The call timed out rather than being refused.
+    """
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class RunInterrupted(FanbotError):

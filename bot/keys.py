@@ -22,6 +22,7 @@ key                                                type       what
 ``{p}progress``                                    stream     progress events (capped)
 ``{p}delivered:{idempotencyKey}``                  string     delivered marker (expires)
 ``{p}sending:{idempotencyKey}``                    string     short lock while a send runs
+``{p}parts:{idempotencyKey}``                      hash       part index -> platform id, posted
 ``{p}gateway:{consumer}:alive``                    string     a gateway's liveness (expires)
 ``{p}dedupe:{platform}:{eventId}``                 string     inbound event seen (expires)
 ``{p}status:{runId}``                              hash       status message id per run
@@ -97,6 +98,9 @@ class Keys:
     def sending(self, idempotency_key: str) -> str:
         return f"{self.prefix}sending:{idempotency_key}"
 
+    def parts(self, idempotency_key: str) -> str:
+        return f"{self.prefix}parts:{idempotency_key}"
+
     def gateway_alive(self, consumer: str) -> str:
         return f"{self.prefix}gateway:{consumer}:alive"
 
@@ -117,3 +121,8 @@ class Keys:
     @property
     def reaper_lock(self) -> str:
         return f"{self.prefix}lock:reaper"
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with the glob characters of ``SCAN MATCH`` escaped."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -9,17 +9,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, cast
+from typing import Annotated
 
 import redis
 import typer
 
 from bot.commands.render import render_info, run_name, timing
-from bot.commands.resolve import MIN_PREFIX
 from bot.config import load_settings
-from bot.control import stop_run, transcript_key
 from bot.deps import Deps
 from bot.errors import ConfigError
+from bot.runs.access import MIN_PREFIX
+from bot.runs.stop import stop_run
 from bot.types import RunRecord
 
 app = typer.Typer(
@@ -86,8 +86,7 @@ def list_runs(
         if session:
             runs = deps.runs.session_runs(session)
         elif all_runs:
-            ids = cast("list[bytes]", deps.redis.zrevrange(deps.keys.all_runs, 0, limit - 1))
-            runs = deps.runs.get_many(i.decode() for i in ids)
+            runs = deps.runs.get_many(deps.runs.recent_ids(limit))
         else:
             runs = sorted(deps.runs.get_many(deps.runs.active_ids()), key=lambda r: -r.created_at)
         if not all_runs:
@@ -113,13 +112,14 @@ def info(run: Annotated[str, typer.Argument(help="Run id or unique prefix.")]) -
         if isinstance(found, str):
             typer.echo(f"fanbot: {found}", err=True)
             raise typer.Exit(1)
-        archive_at = deps.redis.zscore(deps.keys.archive_due, found.run_id)
         text = render_info(
             found,
             number=found.seq,
             now=time.time(),
-            transcript_ref=transcript_key(deps, found),
-            archive_at=float(archive_at) if archive_at is not None else None,
+            transcript_ref=deps.transcripts.current_key(
+                found.session_id, archived_at=found.archived_at
+            ),
+            archive_at=deps.runs.archive_at(found.run_id),
         )
         typer.echo(_plain(text) + f"\n• Session: {found.session_key}")
 

@@ -15,7 +15,8 @@ from rq.timeouts import JobTimeoutException
 
 from bot.config import load_settings
 from bot.deps import Deps
-from bot.finalize import finalize_run
+from bot.runs.finalize import finalize_run
+from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.types import RunStatus
 
 log = logging.getLogger(__name__)
@@ -23,12 +24,9 @@ log = logging.getLogger(__name__)
 
 def _finalize(connection: Redis, run_id: str, status: RunStatus, notes: str) -> bool:
     deps = Deps.build(load_settings(), client=connection)
-    try:
-        if status is not RunStatus.STOPPED and deps.runs.stop_requested(run_id):
-            status, notes = RunStatus.STOPPED, "stopped on request (hard stop)"
-        return finalize_run(deps, run_id, status=status, notes=notes)
-    finally:
-        deps.model.close()
+    if status is not RunStatus.STOPPED and deps.runs.stop_requested(run_id):
+        status, notes = RunStatus.STOPPED, "stopped on request (hard stop)"
+    return finalize_run(deps, run_id, status=status, notes=notes)
 
 
 def subagent_failed(job: Job, connection: Redis, exc_type: Any, value: Any, tb: Any) -> None:
@@ -45,7 +43,7 @@ def subagent_stopped(job: Job, connection: Redis) -> None:
 
 def horse_killed(job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
     """The work horse died (SIGKILL, OOM...): ``on_failure`` will not fire, so end it here."""
-    if job.origin != "subagents":
+    if job.origin != SUBAGENTS_QUEUE:
         return
     log.warning("work horse for run %s died (status %s)", job.id, ret_val)
     _finalize(job.connection, job.id, RunStatus.UNKNOWN, f"worker process died (exit {ret_val})")

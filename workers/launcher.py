@@ -22,9 +22,11 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
 from bot.config import Settings, load_settings
-from bot.control import stop_run
-from bot.deps import SUBAGENTS_QUEUE, TURNS_QUEUE, Deps, connect
+from bot.deps import Deps
 from bot.logs import configure as configure_logging
+from bot.runs.stop import stop_run
+from bot.store.connect import connect
+from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE
 from workers import jobs
 from workers.callbacks import horse_killed
 from workers.maintenance import maintenance_loop
@@ -88,9 +90,9 @@ class FanbotWorker(Worker):
         time.sleep(deps.settings.subagents.shutdown_grace_seconds)
         try:
             job = self.get_current_job()
-            if job is None or job.func_name != "workers.jobs.run_subagent":
+            run_id = deps.jobs.current_run_id(job) if job is not None else None
+            if run_id is None:
                 return
-            run_id = str(job.args[0])
             result = stop_run(deps, run_id, by="a worker shutdown")
             log.warning("shutdown grace over: run %s stopped (ended=%s)", run_id, result.ended)
         except Exception:

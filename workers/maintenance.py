@@ -10,14 +10,11 @@ import logging
 import threading
 import time
 
-from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
-from rq.rate_limit import RateLimitRegistry
-from rq.serializers import JSONSerializer
+from rq.job import JobStatus
 
-from bot.control import resend_hard_stops
-from bot.deps import SUBAGENT_SLOT_KEY, Deps
-from bot.finalize import finalize_run
+from bot.deps import Deps
+from bot.runs.finalize import finalize_run
+from bot.runs.stop import resend_hard_stops
 from bot.types import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -53,54 +50,39 @@ def _verdict(deps: Deps, record: RunRecord, now: float) -> tuple[RunStatus, str]
     if record.status is RunStatus.QUEUED:
         if now - record.created_at < stale:
             return None  # spawn writes the record just before it enqueues the job
-        try:
-            job = Job.fetch(record.job_id, connection=deps.redis, serializer=JSONSerializer)
-        except NoSuchJobError:
+        job_status = deps.jobs.status(record.job_id)
+        if job_status is None:
             return RunStatus.UNKNOWN, "its queued job disappeared"
-        return _JOB_GONE.get(job.get_status(refresh=False) or JobStatus.QUEUED)
+        return _JOB_GONE.get(job_status)
     return None
 
 
 def _refill_slots(deps: Deps) -> None:
     """Finalize freed RQ slots of dead jobs; let waiting runs take them now, not in minutes."""
-    registry = RateLimitRegistry(SUBAGENT_SLOT_KEY, connection=deps.redis)
-    registry.acquire_and_enqueue(deps.settings.subagents.max_concurrent)
+    deps.jobs.refill_subagent_slots(deps.settings.subagents.max_concurrent)
 
 
 def archive_due(deps: Deps, *, now: float | None = None) -> list[str]:
     """Archive child sessions whose time has come; returns the run ids archived."""
     now = now or time.time()
-    due = deps.redis.zrangebyscore(deps.keys.archive_due, "-inf", now, start=0, num=200)
+    keep = int(deps.settings.subagents.retention_days * 86_400)
     archived: list[str] = []
-    for raw in due:
-        run_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+    for run_id in deps.runs.due_for_archive(now=now):
         record = deps.runs.get(run_id)
-        if record is not None and record.archived_at is None:
-            archived_key = deps.transcripts.archive(record.session_id, now=now)
-            deps.runs.update(run_id, archived_at=now)
-            _expire_later(deps, record, archived_key, now)
-            archived.append(run_id)
-        deps.redis.zrem(deps.keys.archive_due, run_id)
+        if record is None or record.archived_at is not None:
+            deps.runs.unschedule_archive(run_id)
+            continue
+        # Archived runs, their status records and transcripts expire after the retention.
+        archived_key = deps.transcripts.archive(record.session_id, now=now)
+        deps.runs.mark_archived(record, now=now, keep_seconds=keep, transcript_key=archived_key)
+        archived.append(run_id)
     return archived
-
-
-def _expire_later(deps: Deps, record: RunRecord, archived_key: str | None, now: float) -> None:
-    """An archived run and its transcript expire after the retention; indexes are pruned."""
-    keep = deps.settings.subagents.retention_days * 86_400
-    with deps.redis.pipeline(transaction=False) as pipe:
-        for key in (deps.keys.run(record.run_id), deps.keys.status_message(record.run_id)):
-            pipe.expire(key, int(keep))
-        if archived_key is not None:
-            pipe.expire(archived_key, int(keep))
-        pipe.zremrangebyscore(deps.keys.all_runs, "-inf", now - keep)
-        pipe.zremrangebyscore(deps.keys.session_runs(record.session_key), "-inf", now - keep)
-        pipe.execute()
 
 
 def sweep(deps: Deps) -> None:
     """One maintenance pass, if no other host holds the lock right now."""
     interval = deps.settings.subagents.heartbeat_seconds
-    if not deps.redis.set(deps.keys.reaper_lock, "1", nx=True, px=int(interval * 1000)):
+    if not deps.leases.take_maintenance(seconds=interval):
         return
     reap(deps)
     resend_hard_stops(deps)

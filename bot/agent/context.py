@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bot.agent.llm import ChatModel
 from bot.deps import Deps
 from bot.types import ThreadRef
 
@@ -13,11 +14,12 @@ class ToolContext:
     """Passed to every tool.
 
     Attributes:
-        deps: Stores, settings, model client.
+        deps: Stores and settings.
         session_key: The session the calling agent serves (requester or child).
         thread: Where answers for this session go.
         requester: ``platform:user_id`` of the person whose message started this work.
         agent_id: The agent doing the work.
+        model: The model client, for tools that ask the endpoint (e.g. its model list).
         run_id: Set when the caller is a subagent run.
         spawned: Run ids spawned during this turn (bounded per turn).
     """
@@ -27,5 +29,10 @@ class ToolContext:
     thread: ThreadRef
     requester: str
     agent_id: str
+    model: ChatModel | None = None
     run_id: str | None = None
     spawned: list[str] = field(default_factory=list)
+
+    def known_models(self) -> frozenset[str] | None:
+        """The models the endpoint lists (None when it cannot say, or there is no client)."""
+        return None if self.model is None else self.model.known_models()

@@ -12,71 +12,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
 from bot.agent.context import ToolContext
 from bot.agent.llm import ChatModel, ToolCallRequest
 from bot.agent.tools import Tool, execute_tool
 from bot.errors import RunDeadline
-from bot.types import Usage
+from bot.steps import LoopControl, LoopResult, Message, Meter
 
 log = logging.getLogger(__name__)
 
-Message = dict[str, Any]
-
-
-def _nothing() -> None:
-    return None
-
-
-def _no_steering() -> list[str]:
-    return []
-
-
-def _ignore(_: Any) -> None:
-    return None
-
-
-@dataclass(kw_only=True)
-class Meter:
-    """Running totals of one agent run (mutable on purpose: the caller keeps it)."""
-
-    usage: Usage = field(default_factory=Usage)
-    steps: int = 0
-    tool_calls: int = 0
-    last_text: str = ""
-    started: float = field(default_factory=time.monotonic)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoopControl:
-    """Hooks the loop calls; all optional.
-
-    Attributes:
-        checkpoint: Raises :class:`bot.errors.RunInterrupted` to end the run cleanly.
-        steering: Messages to inject as user turns before the next step.
-        record: Called with every message appended to the context (transcript).
-        progress: Called with a short status text after each step and tool call.
-        deadline: ``time.monotonic()`` value of the soft deadline.
-    """
-
-    checkpoint: Callable[[], None] = _nothing
-    steering: Callable[[], list[str]] = _no_steering
-    record: Callable[[Message], None] = _ignore
-    progress: Callable[[str], None] = _ignore
-    deadline: float | None = None
-
-    def remaining(self) -> float | None:
-        return None if self.deadline is None else self.deadline - time.monotonic()
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoopResult:
-    text: str
-    complete: bool
-    """False when the step limit ended the loop before a final answer."""
+__all__ = ["LoopControl", "LoopResult", "Meter", "run_loop"]
 
 
 def run_loop(

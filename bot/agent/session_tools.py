@@ -15,12 +15,10 @@ from bot.agent.context import ToolContext
 from bot.agent.spawn import SpawnArgs, spawn
 from bot.agent.subagent_types import subagent_types
 from bot.agent.tools import NoArgs, Tool
-from bot.commands.auth import Actor, may_control
-from bot.commands.render import is_tool_message
-from bot.commands.resolve import resolve_run
-from bot.control import transcript_key
 from bot.errors import ToolError
-from bot.followup import send
+from bot.runs.access import Actor, may_control, resolve_run
+from bot.runs.render import is_tool_message
+from bot.runs.send import send
 from bot.types import RunRecord
 
 
@@ -82,8 +80,9 @@ def _resolve(ctx: ToolContext, token: str) -> tuple[RunRecord, int]:
 def _history(ctx: ToolContext, args: HistoryArgs) -> str:
     run, number = _resolve(ctx, args.id)
     last = 2_000 if args.tools else args.limit
-    raw = ctx.deps.redis.lrange(transcript_key(ctx.deps, run), -last, -1)
-    messages = [json.loads(item) for item in raw]
+    transcripts = ctx.deps.transcripts
+    key = transcripts.current_key(run.session_id, archived_at=run.archived_at)
+    messages = transcripts.read_key(key, last=last)
     if args.tools:
         messages = [m for m in messages if is_tool_message(m)]
     items = [

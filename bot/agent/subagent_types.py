@@ -1,4 +1,4 @@
-"""Subagent types: the built-in ``general-purpose`` one plus those defined in config."""
+"""The tools each subagent type gets (the types themselves are in :mod:`bot.runs.catalog`)."""
 
 from __future__ import annotations
 
@@ -6,24 +6,9 @@ from collections.abc import Sequence
 
 from bot.agent.tools import BUILTIN_TOOLS, SESSION_TOOLS, Tool, allowed, load_plugin_tools
 from bot.config import Settings, SubagentType
+from bot.runs.catalog import GENERAL_PURPOSE, subagent_types
 
-GENERAL_PURPOSE = SubagentType(
-    name="general-purpose",
-    description="A capable generalist for research, analysis, writing and multi-step tasks.",
-    system_prompt=(
-        "You are a subagent working on one task in isolation. You cannot talk to the user "
-        "and cannot spawn other agents. Use your tools when they help. Finish with one "
-        "final answer that stands on its own: it is posted to the team's thread as your "
-        "result. If there is nothing worth posting, answer exactly ANNOUNCE_SKIP."
-    ),
-)
-
-
-def subagent_types(settings: Settings) -> dict[str, SubagentType]:
-    """All types by name; config may override the built-in one by reusing its name."""
-    types = {GENERAL_PURPOSE.name: GENERAL_PURPOSE}
-    types.update({t.name: t for t in settings.subagent_types})
-    return types
+__all__ = ["GENERAL_PURPOSE", "available_tools", "subagent_types", "tools_for_type"]
 
 
 def available_tools(settings: Settings) -> list[Tool]:

@@ -38,10 +38,11 @@ from bot.bench import probes
 from bot.bench.soak_plan import HANG_RUN_TIMEOUT, Kind, PlannedRun, SoakModel, make_plan
 from bot.bench.soak_report import MIB, Rss, SoakResult, announces, compare
 from bot.config import Settings
-from bot.deps import SUBAGENTS_QUEUE, Deps
+from bot.deps import Deps
 from bot.errors import FanbotError
 from bot.redis_server import RedisServer
 from bot.sessions import qualified_user, requester_session_key
+from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_telegram import FakeTelegram, forum
 from bot.testing.stack import GatewayProcess, WorkerPool, hermetic_env

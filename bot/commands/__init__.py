@@ -1,14 +1,13 @@
-"""Chat commands: parsing (pure) and the router that answers them."""
+"""Chat commands: parsing (pure), the router, and the handlers that call the run lifecycle."""
 
 from __future__ import annotations
 
+from bot.commands import subagents
 from bot.commands.router import CommandRouter
 
 
 def default_router() -> CommandRouter:
     """The router the gateway uses: ``/help`` plus every command module's handlers."""
-    from bot.commands import subagents  # late: it imports the control plane, which imports us
-
     router = CommandRouter()
     subagents.register(router)
     return router

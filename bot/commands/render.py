@@ -1,5 +1,7 @@
 """Answers of ``/subagents list|info|log`` as short markdown (pure).
 
+A run's name, icons and durations come from :mod:`bot.runs.render`, as everywhere.
+
 Plain markdown only (bold, code spans, bullet lines), which every adapter converts to its
 platform's markup. Untrusted text (tasks, results, transcript lines) is folded to one line
 and stripped of backticks so it cannot break the surrounding formatting.
@@ -12,38 +14,24 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bot.announce import format_duration, format_tokens
+from bot.runs.render import (
+    ICONS,
+    format_duration,
+    format_tokens,
+    is_tool_message,
+    one_line,
+    run_name,
+)
 from bot.types import RunRecord, RunStatus
 
-NAME_CHARS = 72
 LOG_LINE_CHARS = 400
 ROLE_CHARS = 20
 LIST_MAX = 15
 """``/subagents list`` shows this many newest runs, so the answer fits one message."""
 
-ICONS = {
-    RunStatus.QUEUED: "⏳",
-    RunStatus.RUNNING: "🏃",
-    RunStatus.SUCCESS: "✅",
-    RunStatus.ERROR: "❌",
-    RunStatus.TIMEOUT: "⏱️",
-    RunStatus.STOPPED: "⏹️",
-    RunStatus.UNKNOWN: "❓",
-}
-
 EMPTY_LIST = (
     "No subagents have been started here yet. Ask for something bigger and I'll fan it out."
 )
-
-
-def one_line(text: str, limit: int = NAME_CHARS) -> str:
-    """Fold whitespace, drop backticks, cut to ``limit`` characters with an ellipsis."""
-    clean = " ".join(text.split()).replace("`", "'")
-    return clean if len(clean) <= limit else clean[: limit - 1].rstrip() + "…"
-
-
-def run_name(run: RunRecord) -> str:
-    return one_line(run.label or run.task) or "(no task)"
 
 
 def age(seconds: float) -> str:
@@ -152,10 +140,6 @@ def _outcome(run: RunRecord) -> list[str]:
     return lines
 
 
-def is_tool_message(message: Mapping[str, Any]) -> bool:
-    return message.get("role") == "tool" or bool(message.get("tool_calls"))
-
-
 def render_log(
     run: RunRecord,
     *,
@@ -204,3 +188,16 @@ def _args(raw: Any) -> str:
     if isinstance(data, dict):
         return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in data.items())
     return json.dumps(data, ensure_ascii=False)
+
+
+__all__ = [
+    "EMPTY_LIST",
+    "is_tool_message",
+    "log_line",
+    "one_line",
+    "render_info",
+    "render_list",
+    "render_log",
+    "run_name",
+    "timing",
+]

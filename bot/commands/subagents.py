@@ -1,24 +1,30 @@
 """``/subagents list|info|log|send|stop`` and ``/stop``.
 
 :func:`parse_subagents` turns the arguments into a request (pure, table-tested); the
-handlers resolve the id (:mod:`~bot.commands.resolve`), check the actor
-(:mod:`~bot.commands.auth`), act (:mod:`bot.control`, :mod:`bot.followup`) and answer with
+handlers find the runs in scope, resolve the id and check the actor
+(:mod:`bot.runs.access`), act (:mod:`bot.runs.stop`, :mod:`bot.runs.send`) and answer with
 short markdown (:mod:`~bot.commands.render`). No handler raises on user input.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
-from bot.commands.auth import Actor, may_control, partition
 from bot.commands.parse import Command
 from bot.commands.render import render_info, render_list, render_log, run_name
-from bot.commands.resolve import Resolution, channel_scope, resolve_run
 from bot.commands.router import CommandRequest, CommandRouter
-from bot.control import running_turn, scope_runs, stop_run, stop_turn, transcript_key
-from bot.followup import SendOutcome, send
+from bot.runs.access import (
+    Actor,
+    Resolution,
+    channel_scope,
+    may_control,
+    partition,
+    resolve_run,
+    scope_runs,
+)
+from bot.runs.send import SendOutcome, send
+from bot.runs.stop import running_turn, stop_run, stop_turn
 from bot.types import RunRecord
 
 LOG_DEFAULT = 20
@@ -202,23 +208,21 @@ def _info(req: CommandRequest, found: Resolution) -> str:
     run = found.run
     assert run is not None
     deps = req.deps
-    archive_at = deps.redis.zscore(deps.keys.archive_due, run.run_id)
     return render_info(
         run,
         number=found.number,
         now=time.time(),
-        transcript_ref=transcript_key(deps, run),
-        archive_at=float(archive_at) if archive_at is not None else None,
+        transcript_ref=deps.transcripts.current_key(run.session_id, archived_at=run.archived_at),
+        archive_at=deps.runs.archive_at(run.run_id),
     )
 
 
 def _log(req: CommandRequest, found: Resolution, parsed: SubagentsRequest) -> str:
     run = found.run
     assert run is not None
-    key = transcript_key(req.deps, run)
-    last = LOG_SCAN if parsed.tools_only else parsed.limit
-    raw = req.deps.redis.lrange(key, -last, -1)
-    messages = [json.loads(item) for item in raw]
+    transcripts = req.deps.transcripts
+    key = transcripts.current_key(run.session_id, archived_at=run.archived_at)
+    messages = transcripts.read_key(key, last=LOG_SCAN if parsed.tools_only else parsed.limit)
     return render_log(
         run,
         number=found.number,

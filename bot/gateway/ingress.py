@@ -15,21 +15,17 @@ import enum
 import logging
 from dataclasses import dataclass
 
-from rq.rate_limit import RateLimit
-
 from bot.clip import clip
 from bot.commands.parse import parse_command
 from bot.commands.router import CommandRequest, CommandRouter
 from bot.config import PlatformAccess, Settings
-from bot.deps import TURNS_QUEUE, Deps
+from bot.deps import Deps
 from bot.sessions import requester_session_key
+from bot.store.jobs import TurnJob
 from bot.store.streams import put_outbound
-from bot.turn import TurnJob
 from bot.types import Inbound, Outbound, OutboundKind
 
 log = logging.getLogger(__name__)
-
-TURN_JOB = "workers.jobs.run_turn"
 
 
 class Verdict(enum.StrEnum):
@@ -115,9 +111,9 @@ class Ingress:
         )
 
     def handle(self, inbound: Inbound) -> IngressResult:
-        s, keys = self.deps.settings, self.deps.keys
-        dedupe = keys.dedupe(inbound.thread.platform, inbound.dedupe_id)
-        if not self.deps.redis.set(dedupe, "1", nx=True, ex=s.gateway.dedupe_ttl_seconds):
+        s = self.deps.settings
+        ttl = s.gateway.dedupe_ttl_seconds
+        if not self.deps.dedupe.first_time(inbound.thread.platform, inbound.dedupe_id, ttl=ttl):
             return IngressResult(verdict=Verdict.ACCEPT, duplicate=True)
         inbound, cut = cap_inbound(inbound, s.gateway.max_inbound_chars)
         session_key = self.session_key(inbound)
@@ -156,15 +152,7 @@ class Ingress:
             agent_id=self.deps.settings.agent_id,
             is_dm=inbound.is_dm,
         )
-        job = self.deps.queue(TURNS_QUEUE).enqueue(
-            TURN_JOB,
-            payload.model_dump(mode="json"),
-            rate_limit=RateLimit(f"turn:{session_key}", 1),
-            job_timeout=self.deps.settings.turn_timeout_seconds,
-            result_ttl=3600,
-            failure_ttl=86_400,
-        )
-        return str(job.id)
+        return self.deps.jobs.enqueue_turn(payload, timeout=self.deps.settings.turn_timeout_seconds)
 
     def _tell_cut(self, inbound: Inbound, cut: int) -> None:
         limit = self.deps.settings.gateway.max_inbound_chars

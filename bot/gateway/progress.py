@@ -21,17 +21,17 @@ from bot.errors import DeliveryError
 from bot.gateway.egress import cancel_all, reraise_if_cancelling
 from bot.keys import Keys
 from bot.ports import ChannelAdapter
+from bot.runs.render import icon
 from bot.types import Outbound, OutboundKind, ThreadRef
 
 log = logging.getLogger(__name__)
 
-_FINAL_ICON = {"success": "✅", "error": "❌", "timeout": "⏱️", "stopped": "⏹️", "unknown": "❓"}
 
 
 def status_text(title: str, text: str, *, final: bool) -> str:
     """``⏳ #2 Research — step 3 · 🔧 search · 1200 tokens · 14s`` (pure)."""
     if final:
-        return f"{_FINAL_ICON.get(text, '•')} {title} — {text}"
+        return f"{icon(text)} {title} — {text}"
     return f"⏳ {title} — {text}"
 
 

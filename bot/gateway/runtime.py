@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 from aiohttp import web
-from rq.rate_limit import RateLimitRegistry
 
 from bot.commands import default_router
 from bot.commands.router import CommandRouter
@@ -26,6 +25,7 @@ from bot.gateway.egress import Egress, cancel_all
 from bot.gateway.ingress import Ingress, IngressResult
 from bot.gateway.progress import ProgressRenderer
 from bot.ports import ChannelAdapter
+from bot.runs.render import title
 from bot.types import Inbound
 
 log = logging.getLogger(__name__)
@@ -76,11 +76,7 @@ class Gateway:
 
     def _run_title(self, run_id: str) -> str:
         record = self.deps.runs.get(run_id)
-        if record is None:
-            return f"run {run_id[:8]}"
-        name = record.label or record.task
-        name = name if len(name) <= 40 else name[:39] + "…"
-        return f'Subagent #{record.seq} "{name}"'
+        return f"run {run_id[:8]}" if record is None else title(record)
 
     async def start(self) -> None:
         await self.egress.ensure_group()
@@ -121,10 +117,8 @@ class Gateway:
         """Turns, runs and outbox entries still in flight for ``session_key`` (0 = idle)."""
 
         def count() -> int:
-            turns = RateLimitRegistry(f"turn:{session_key}", connection=self.deps.redis)
-            busy = turns.get_allowed_job_count() + turns.get_rate_limited_job_count()
             active = [r for r in self.deps.runs.session_runs(session_key) if not r.status.terminal]
-            return int(busy) + len(active)
+            return self.deps.jobs.turns_in_flight(session_key) + len(active)
 
         in_flight = await asyncio.to_thread(count)
         return in_flight + (0 if await self.egress.drained() else 1)

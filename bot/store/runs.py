@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import redis
 
-from bot.keys import Keys
+from bot.keys import Keys, glob_escape
 from bot.types import Cleanup, Outbound, RunRecord, RunStatus, ThreadRef
 
 _FINALIZE = """
@@ -58,11 +58,6 @@ return 1
 
 _JSON_FIELDS = {"thread", "warnings"}
 _OPTIONAL_FLOATS = {"started_at", "ended_at", "cost_usd", "archived_at"}
-
-
-def rq_slot_key(rate_limit_key: str) -> str:
-    """RQ's sorted set of jobs holding a slot of ``rate_limit_key`` (rq 3 ``RateLimit``)."""
-    return f"rq:rl:{rate_limit_key}:allowed"
 
 
 def encode_record(record: RunRecord) -> dict[str, str]:
@@ -184,10 +179,29 @@ class RunsRegistry:
         """Every run still indexed, oldest first (records that expired are skipped)."""
         return self.get_many(self.all_ids())
 
+    def recent_ids(self, limit: int) -> list[str]:
+        """The ``limit`` newest run ids still indexed, newest first."""
+        return [_text(i) for i in self.redis.zrevrange(self.keys.all_runs, 0, limit - 1)]
+
     def session_runs(self, session_key: str) -> list[RunRecord]:
         """Runs spawned from ``session_key``, newest first."""
         ids = self.redis.zrevrange(self.keys.session_runs(session_key), 0, -1)
         return self.get_many(_text(i) for i in ids)
+
+    def sessions_under(self, session_key: str) -> list[RunRecord]:
+        """Runs of ``session_key`` and of every session nested below it
+        (``<session_key>:thread:<ts>`` and the like), newest first."""
+        pattern = self.keys.session_runs(glob_escape(session_key) + ":*")
+        keys = [self.keys.session_runs(session_key)]
+        keys += [_text(k) for k in self.redis.scan_iter(match=pattern, count=500)]
+        scored: dict[str, float] = {}
+        for key in keys:
+            pairs = cast(
+                "list[tuple[bytes, float]]", self.redis.zrange(key, 0, -1, withscores=True)
+            )
+            for member, score in pairs:
+                scored[_text(member)] = float(score)
+        return self.get_many(sorted(scored, key=lambda i: scored[i], reverse=True))
 
     def active_ids(self) -> set[str]:
         return {_text(i) for i in self.redis.smembers(self.keys.active_runs)}
@@ -222,6 +236,37 @@ class RunsRegistry:
             pipe.delete(self.keys.inbox(run_id))
             items, _ = pipe.execute()
         return [_text(i) for i in items]
+
+    def archive_at(self, run_id: str) -> float | None:
+        """When the run's child session is due to be archived, if scheduled."""
+        score = self.redis.zscore(self.keys.archive_due, run_id)
+        return float(score) if score is not None else None
+
+    def due_for_archive(self, *, now: float, limit: int = 200) -> list[str]:
+        raw = self.redis.zrangebyscore(self.keys.archive_due, "-inf", now, start=0, num=limit)
+        return [_text(i) for i in raw]
+
+    def unschedule_archive(self, *run_ids: str) -> None:
+        if run_ids:
+            self.redis.zrem(self.keys.archive_due, *run_ids)
+
+    def mark_archived(
+        self, record: RunRecord, *, now: float, keep_seconds: int, transcript_key: str | None
+    ) -> None:
+        """Stamp ``archived_at``, unschedule it, and let the run (with its status record
+        and archived transcript) expire after ``keep_seconds``; prune the indexes."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(self.keys.run(record.run_id), "archived_at", str(now))
+            pipe.zrem(self.keys.archive_due, record.run_id)
+            for key in (self.keys.run(record.run_id), self.keys.status_message(record.run_id)):
+                pipe.expire(key, keep_seconds)
+            if transcript_key is not None:
+                pipe.expire(transcript_key, keep_seconds)
+            pipe.zremrangebyscore(self.keys.all_runs, "-inf", now - keep_seconds)
+            pipe.zremrangebyscore(
+                self.keys.session_runs(record.session_key), "-inf", now - keep_seconds
+            )
+            pipe.execute()
 
     def finalize(
         self, record: RunRecord, outcome: Finalization, *, slot_key: str | None = None

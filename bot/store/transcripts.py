@@ -13,7 +13,7 @@ from typing import Any
 import redis
 
 from bot.clip import clip
-from bot.keys import Keys
+from bot.keys import Keys, glob_escape
 
 
 class TranscriptStore:
@@ -47,6 +47,26 @@ class TranscriptStore:
         raw = self.redis.lrange(self.keys.transcript(session_id), start, -1)
         return [json.loads(item) for item in raw]
 
+    def current_key(self, session_id: str, *, archived_at: float | None = None) -> str:
+        """Where the transcript is now: the live key, else its newest archived copy."""
+        live = self.keys.transcript(session_id)
+        if archived_at is not None:
+            return f"{live}.deleted.{int(archived_at)}"
+        if self.redis.exists(live):
+            return live
+        archived = sorted(
+            (_text(k) for k in self.redis.scan_iter(match=glob_escape(live) + ".deleted.*")),
+            key=lambda k: int(k.rsplit(".", 1)[-1]) if k.rsplit(".", 1)[-1].isdigit() else 0,
+        )
+        return archived[-1] if archived else live
+
+    def is_live(self, key: str, session_id: str) -> bool:
+        return key == self.keys.transcript(session_id)
+
+    def read_key(self, key: str, *, last: int) -> list[dict[str, Any]]:
+        """The last ``last`` messages under ``key`` (a live or an archived transcript)."""
+        return [json.loads(item) for item in self.redis.lrange(key, -last, -1)]
+
     def length(self, session_id: str) -> int:
         return int(self.redis.llen(self.keys.transcript(session_id)))
 
@@ -59,3 +79,7 @@ class TranscriptStore:
         except redis.ResponseError:
             return None
         return dst
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

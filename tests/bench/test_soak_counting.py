@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.announce import render_announce
+from bot.runs.render import render_announce
 from bot.bench.soak_plan import Kind, PlannedRun
 from bot.bench.soak_report import announces, compare
 from bot.testing.fake_telegram import SentMessage

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import redis
 
-from bot.deps import SUBAGENT_SLOT_KEY
+from bot.store.jobs import Jobs
 from bot.keys import Keys
-from bot.store.runs import RunsRegistry, rq_slot_key
+from bot.store.runs import RunsRegistry
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI, RecordedRequest
 from bot.testing.scripted import (
@@ -132,7 +132,7 @@ def assert_nothing_left(env: Env) -> None:
     client = redis.Redis.from_url(env.redis_url)
     try:
         assert client.scard(Keys().active_runs) == 0
-        assert client.zcard(rq_slot_key(SUBAGENT_SLOT_KEY)) == 0
+        assert client.zcard(Jobs(redis=client).subagent_slot_key()) == 0
     finally:
         client.close()
     assert all(r.status.terminal for r in env.records().values())

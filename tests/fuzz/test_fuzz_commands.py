@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, event, given
 from hypothesis import strategies as st
 
 from bot.commands import default_router
-from bot.commands.auth import Actor, may_control
+from bot.runs.access import Actor, may_control
 from bot.commands.parse import MAX_ARGS_CHARS, parse_command
 from bot.commands.render import LOG_LINE_CHARS, log_line, render_info, render_list, render_log
-from bot.commands.resolve import MAX_TOKEN, resolve_run
+from bot.runs.access import MAX_TOKEN, resolve_run
 from bot.commands.router import CommandRequest
 from bot.commands.subagents import LOG_MAX, SUBCOMMANDS, parse_subagents
 from bot.config import Settings

@@ -19,10 +19,12 @@ from bot.commands import default_router
 from bot.commands.parse import parse_command
 from bot.commands.router import CommandRequest
 from bot.config import Settings
-from bot.control import resend_hard_stops, scope_runs, stop_run, transcript_key
-from bot.deps import SUBAGENTS_QUEUE, Deps
-from bot.finalize import finalize_run
-from bot.followup import SendOutcome, send
+from bot.deps import Deps
+from bot.runs.access import scope_runs
+from bot.runs.finalize import finalize_run
+from bot.runs.send import SendOutcome, send
+from bot.runs.stop import resend_hard_stops, stop_run
+from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.sessions import requester_session_key
 from bot.types import Inbound, RunRecord, RunStatus, Sender, ThreadRef
 
@@ -97,7 +99,7 @@ def test_stopping_a_queued_run_cancels_its_job_and_frees_its_slot(deps: Deps) ->
     assert record.notes == "stopped by alice (slack:U1) before it started"
     assert job_status(deps, first.job_id) is JobStatus.CANCELED
     assert job_status(deps, second.job_id) is JobStatus.QUEUED  # promoted into the slot
-    queued = deps.queue(SUBAGENTS_QUEUE).get_job_ids()
+    queued = deps.jobs.queue(SUBAGENTS_QUEUE).get_job_ids()
     assert queued == [second.job_id]
     assert [a["idempotency_key"] for a in announces(deps)] == [f"announce:{first.run_id}"]
 
@@ -179,7 +181,7 @@ def test_send_to_a_finished_run_starts_a_follow_up_on_the_same_session(deps: Dep
     assert (new.child_session_key, new.session_id) == (record.child_session_key, record.session_id)
     assert new.task == "now in French" and new.label == "L" and new.requester == "slack:UADMIN"
     assert deps.redis.zscore(deps.keys.archive_due, record.run_id) is None  # session lives on
-    assert new.job_id in deps.queue(SUBAGENTS_QUEUE).get_job_ids()  # slot free: queued
+    assert new.job_id in deps.jobs.queue(SUBAGENTS_QUEUE).get_job_ids()  # slot free: queued
     # A second send to the old run goes to the live follow-up instead of forking the session.
     again = send(deps, record, "and shorter", requester="slack:U1")
     assert again.outcome is SendOutcome.STEERED and again.run.run_id == new.run_id
@@ -193,7 +195,7 @@ def test_send_to_an_archived_session_is_refused(deps: Deps) -> None:
 
     assert archive_due(deps) == [record.run_id]
     record = deps.runs.get(record.run_id)  # type: ignore[assignment]
-    assert transcript_key(deps, record).startswith(
+    assert deps.transcripts.current_key(record.session_id, archived_at=record.archived_at).startswith(
         deps.keys.transcript(record.session_id) + ".deleted."
     )
     assert send(deps, record, "more", requester="slack:U1").outcome is SendOutcome.ARCHIVED
@@ -281,7 +283,9 @@ def test_archived_runs_expire_after_the_retention_and_indexes_are_pruned(deps: D
     finalize_run(deps, old.run_id, status=RunStatus.SUCCESS, result="x")
     keep = deps.settings.subagents.retention_days * 86_400
     assert archive_due(deps) == [old.run_id]
-    archived = transcript_key(deps, deps.runs.get(old.run_id))  # type: ignore[arg-type]
+    again = deps.runs.get(old.run_id)
+    assert again is not None
+    archived = deps.transcripts.current_key(again.session_id, archived_at=again.archived_at)
     for key in (deps.keys.run(old.run_id), archived):
         assert 0 < deps.redis.ttl(key) <= keep  # gone after the retention, not kept forever
 

@@ -9,7 +9,7 @@ import redis
 
 from bot.config import Settings
 from bot.deps import Deps
-from bot.finalize import finalize_run
+from bot.runs.finalize import finalize_run
 from bot.types import RunRecord, RunStatus, ThreadRef
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from bot.announce import (
+from bot.runs.render import (
     estimate_cost,
     format_duration,
     format_tokens,

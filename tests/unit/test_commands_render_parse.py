@@ -10,7 +10,8 @@ import pytest
 from bot.commands.parse import parse_command
 from bot.commands.render import EMPTY_LIST, log_line, render_info, render_list, render_log
 from bot.commands.subagents import USAGE, SubagentsRequest, parse_subagents
-from bot.followup import continuation
+from bot.runs.render import NAME_CHARS
+from bot.runs.send import continuation
 from bot.types import Cleanup, RunRecord, RunStatus, ThreadRef
 
 NOW = 1_700_000_000.0
@@ -109,7 +110,7 @@ def test_list_has_counts_numbers_and_every_field() -> None:
     )
     assert lines[2].startswith("2. ⏳ queued · x x x")
     name = lines[2].split(" · ")[1]
-    assert len(name) == 72 and name.endswith("…")
+    assert len(name) == NAME_CHARS and name.endswith("…")
     assert "waiting for 5s" in lines[2]
     assert lines[3].startswith(
         "3. ✅ success · Find out everything about the thing · took 1m20s, 2m00s ago"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.commands.auth import Actor, may_control, partition
-from bot.commands.resolve import channel_scope, resolve_run, valid_forms
+from bot.runs.access import Actor, channel_scope, may_control, partition, resolve_run, valid_forms
 from bot.types import RunRecord, RunStatus, ThreadRef
 
 THREAD = ThreadRef(platform="slack", account="T1", chat="C1", thread="1.0")

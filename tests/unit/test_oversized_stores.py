@@ -14,7 +14,7 @@ from bot.clip import clip, cut_note
 from bot.commands import default_router
 from bot.config import Settings
 from bot.deps import Deps
-from bot.finalize import finalize_run
+from bot.runs.finalize import finalize_run
 from bot.gateway.ingress import Ingress, Verdict
 from bot.types import Inbound, RunRecord, RunStatus, Sender, ThreadRef
 

@@ -1,21 +1,20 @@
 """One main-agent turn: history + the new message -> tool loop -> reply in the outbox.
 
-The job wire contract is :class:`TurnJob` (JSON). The reply and the history update are
-written in one transaction, so a turn is either fully visible or not at all.
+The job wire contract is :class:`bot.store.jobs.TurnJob` (JSON). The reply and the history
+update are written in one transaction, so a turn is either fully visible or not at all.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
 import openai
-from pydantic import BaseModel, Field
 from rq.timeouts import BaseTimeoutException
 
 from bot.agent.context import ToolContext
+from bot.agent.llm import ChatModel
 from bot.agent.loop import LoopControl, Meter, run_loop
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools
@@ -24,6 +23,8 @@ from bot.clip import clip_markdown
 from bot.deps import Deps
 from bot.errors import RunInterrupted
 from bot.sessions import qualified_user
+from bot.store.jobs import TurnJob
+from bot.store.streams import put_outbound
 from bot.types import Outbound, OutboundKind, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -38,24 +39,6 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-class TurnJob(BaseModel):
-    """What the gateway puts on the ``turns`` queue."""
-
-    session_key: str
-    thread: dict[str, Any]
-    platform: str
-    sender_id: str
-    sender_name: str = ""
-    text: str = Field(max_length=200_000)
-    message_id: str
-    agent_id: str = "main"
-    is_dm: bool = False
-
-    @property
-    def reply_key(self) -> str:
-        return f"reply:{self.platform}:{self.thread.get('chat')}:{self.message_id}"
-
-
 def main_agent_tools(deps: Deps) -> list[Tool]:
     extra = [t for t in available_tools(deps.settings)]
     pool = {t.name: t for t in (*SESSION_TOOLS_LIST, *extra)}
@@ -64,7 +47,7 @@ def main_agent_tools(deps: Deps) -> list[Tool]:
     return [pool[n] for n in names]
 
 
-def execute_turn(deps: Deps, job: TurnJob) -> str:
+def execute_turn(deps: Deps, model: ChatModel, job: TurnJob) -> str:
     """Run the turn and queue its reply; returns the reply text."""
     thread = ThreadRef.from_json(job.thread)
     speaker = job.sender_name or job.sender_id
@@ -81,27 +64,28 @@ def execute_turn(deps: Deps, job: TurnJob) -> str:
         thread=thread,
         requester=qualified_user(job.platform, job.sender_id),
         agent_id=job.agent_id,
+        model=model,
     )
-    deps.redis.delete(deps.keys.turn_stop(job.session_key))
-    text = _answer(deps, job, messages, ctx, agent.model or deps.settings.openai.model)
+    deps.stops.clear_turn_stop(job.session_key)
+    text = _answer(deps, model, job, messages, ctx)
     _commit(deps, job, thread, user_message, text)
     return text
 
 
 def _answer(
-    deps: Deps, job: TurnJob, messages: list[dict[str, Any]], ctx: ToolContext, model: str
+    deps: Deps, model: ChatModel, job: TurnJob, messages: list[dict[str, Any]], ctx: ToolContext
 ) -> str:
     meter = Meter()
-    stop_key = deps.keys.turn_stop(job.session_key)
 
     def checkpoint() -> None:
-        if deps.redis.exists(stop_key):
+        if deps.stops.turn_stop_requested(job.session_key):
             raise RunInterrupted("turn stopped")
 
+    agent = deps.settings.agent(job.agent_id)
     try:
         result = run_loop(
-            model=deps.model,
-            model_name=model,
+            model=model,
+            model_name=agent.model or deps.settings.openai.model,
             messages=messages,
             tools=main_agent_tools(deps),
             ctx=ctx,
@@ -153,6 +137,6 @@ def _commit(
     entries = [m for m in (user_message, {"role": "assistant", "content": text}) if m]
     with deps.redis.pipeline() as pipe:
         deps.history.append(job.session_key, *entries, pipe=pipe)
-        pipe.xadd(deps.keys.outbox, {"data": json.dumps(reply.to_json())})
+        put_outbound(pipe, deps.keys, reply)
         pipe.execute()
     log.info("turn in %s answered at %.3f", job.session_key, time.time())

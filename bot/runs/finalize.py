@@ -2,7 +2,8 @@
 
 Every path that can end a run calls :func:`finalize_run`: the job itself, RQ's failure and
 stop callbacks, the horse-killed handler, the reaper and the stop command. Only the first
-call changes anything (the Lua compare-and-set in :mod:`bot.store.runs`).
+call changes anything (the Lua compare-and-set in :mod:`bot.store.runs`). It needs the
+stores only (no model client), so a backup finalizer is cheap.
 """
 
 from __future__ import annotations
@@ -11,14 +12,9 @@ import dataclasses
 import logging
 import time
 
-from bot.announce import (
-    ANNOUNCE_SKIP,
-    estimate_cost,
-    history_note,
-    render_announce,
-)
-from bot.deps import SUBAGENT_SLOT_KEY, Deps
-from bot.store.runs import Finalization, rq_slot_key
+from bot.deps import Deps
+from bot.runs.render import ANNOUNCE_SKIP, estimate_cost, history_note, render_announce
+from bot.store.runs import Finalization
 from bot.store.streams import ProgressEvent, put_progress
 from bot.types import Cleanup, Outbound, OutboundKind, RunRecord, RunStatus, Usage
 
@@ -72,7 +68,7 @@ def finalize_run(
         extra=_usage_fields(record),
         ended_at=ended_at,
     )
-    done = deps.runs.finalize(record, outcome, slot_key=rq_slot_key(SUBAGENT_SLOT_KEY))
+    done = deps.runs.finalize(record, outcome, slot_key=deps.jobs.subagent_slot_key())
     if done:
         log.info("run %s ended %s", run_id, status.value)
         put_progress(

@@ -1,4 +1,7 @@
-"""The announce: how a finished run reports back into its thread (pure rendering).
+"""How a run is shown: its name, title, status icons, durations, the announce and the
+history note (pure rendering; every place that shows a run uses these).
+
+The announce is how a finished run reports back into its thread.
 
 Template (stable; tests and users rely on it)::
 
@@ -19,6 +22,7 @@ transcript, up to their own limits; the history note has its own bound.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from bot.clip import split_note
 from bot.config import Price
@@ -27,14 +31,57 @@ from bot.types import RunRecord, RunStatus, Usage
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
 MAX_NOTES_CHARS = 2_000
 HISTORY_NOTE_CHARS = 16_000
+NAME_CHARS = 60
+"""A run's name (label, else task) is cut to this many characters wherever it is shown."""
 
-_HEADLINE = {
-    RunStatus.SUCCESS: ("✅", "finished"),
-    RunStatus.ERROR: ("❌", "failed"),
-    RunStatus.TIMEOUT: ("⏱️", "timed out"),
-    RunStatus.STOPPED: ("⏹️", "was stopped"),
-    RunStatus.UNKNOWN: ("❓", "ended unexpectedly"),
+ICONS = {
+    RunStatus.QUEUED: "⏳",
+    RunStatus.RUNNING: "🏃",
+    RunStatus.SUCCESS: "✅",
+    RunStatus.ERROR: "❌",
+    RunStatus.TIMEOUT: "⏱️",
+    RunStatus.STOPPED: "⏹️",
+    RunStatus.UNKNOWN: "❓",
 }
+ENDED_VERBS = {
+    RunStatus.SUCCESS: "finished",
+    RunStatus.ERROR: "failed",
+    RunStatus.TIMEOUT: "timed out",
+    RunStatus.STOPPED: "was stopped",
+    RunStatus.UNKNOWN: "ended unexpectedly",
+}
+
+
+def icon(status: RunStatus | str) -> str:
+    """The status's icon; ``•`` for anything that is not a status."""
+    try:
+        return ICONS[RunStatus(status)]
+    except ValueError:
+        return "•"
+
+
+def one_line(text: str, limit: int = NAME_CHARS) -> str:
+    """Whitespace folded, backticks made single quotes (so untrusted text cannot break a
+    code span), cut to ``limit`` characters with "…"."""
+    clean = " ".join(text.split()).replace("`", "'")
+    return clean if len(clean) <= limit else clean[: limit - 1].rstrip() + "…"
+
+
+def run_name(record: RunRecord, limit: int = NAME_CHARS) -> str:
+    """The run's label, else its task, on one line (double quotes made single, since
+    titles quote it)."""
+    return one_line(record.label or record.task, limit).replace('"', "'") or "(no task)"
+
+
+def title(record: RunRecord) -> str:
+    """``Subagent #2 "Django research"``: how a run is named on its status card, announce
+    and history note."""
+    return f'Subagent #{record.seq} "{run_name(record)}"'
+
+
+def is_tool_message(message: Mapping[str, Any]) -> bool:
+    """A transcript message that calls tools or answers a tool call."""
+    return message.get("role") == "tool" or bool(message.get("tool_calls"))
 
 
 def format_duration(seconds: float) -> str:
@@ -106,10 +153,9 @@ def render_announce(
     max_result_chars: int = 20_000,
 ) -> str:
     """The announce text for ``record`` ending with ``status`` (``record`` has final usage)."""
-    icon, verb = _HEADLINE.get(status, ("•", "ended"))
-    name = record.label or _short(record.task, 60)
+    verb = ENDED_VERBS.get(status, "ended")
     lines = [
-        f'{icon} Subagent #{record.seq} "{_one_line(name)}" ({record.subagent_type}) {verb}',
+        f"{icon(status)} {title(record)} ({record.subagent_type}) {verb}",
         f"Status: {status.value}",
     ]
     body = truncate(result.strip(), max_result_chars) if result.strip() else "(not available)"
@@ -125,18 +171,8 @@ def history_note(
 ) -> str:
     """What the main agent sees of the result in its next turn (at most ``max_chars`` of
     result, like any history entry)."""
-    name = record.label or _short(record.task, 60)
     body = truncate(result.strip(), max_chars) if result.strip() else "(no result)"
     return (
-        f'[Subagent #{record.seq} "{_one_line(name)}" ({record.subagent_type}) ended: '
+        f"[{title(record)} ({record.subagent_type}) ended: "
         f"{status.value}; run {record.run_id[:8]}]\n{body}"
     )
-
-
-def _short(text: str, limit: int) -> str:
-    text = _one_line(text)
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split()).replace('"', "'")

@@ -15,9 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.agent.spawn import enqueue_run
-from bot.control import is_archived
 from bot.deps import Deps
+from bot.runs.spawn import enqueue_run
 from bot.types import RunRecord, RunStatus
 
 MAX_RESUMED_MESSAGES = 200
@@ -102,9 +101,15 @@ def follow_up(deps: Deps, record: RunRecord, message: str, *, requester: str) ->
     ]
     # The session lives on: the earlier runs' archive dates no longer apply; the follow-up's
     # own finalize schedules the archive of the shared transcript.
-    deps.redis.zrem(deps.keys.archive_due, *siblings)
+    deps.runs.unschedule_archive(*siblings)
     enqueue_run(deps, new)
     return new
+
+
+def is_archived(deps: Deps, record: RunRecord) -> bool:
+    """Whether the run's child session (its transcript) has been archived."""
+    key = deps.transcripts.current_key(record.session_id, archived_at=record.archived_at)
+    return not deps.transcripts.is_live(key, record.session_id)
 
 
 def continuation(prior: Sequence[Mapping[str, Any]], task: str) -> list[dict[str, Any]]:

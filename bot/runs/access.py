@@ -1,6 +1,10 @@
-"""Which run a user means by ``<id>`` (pure).
+"""Who may see and act on which runs: scope, id resolution and authorization.
 
-Forms, tried in this order:
+Scope: the runs spawned from the current session (:func:`scope_runs`). A channel-level
+Slack command (the ``/subagents`` slash command carries no thread) addresses every run of
+that channel.
+
+Ids (:func:`resolve_run`), tried in this order:
 
 * ``last`` — the newest run in scope;
 * ``1`` or ``#1`` — the list number of ``/subagents list`` (newest first);
@@ -11,15 +15,86 @@ Forms, tried in this order:
 An all-digit token that is out of range as a list number is also tried as a run-id prefix,
 because run ids are hex and may start with digits; so is one with a leading zero
 (``0042``), which no list number has.
+
+Authorization (:func:`may_control`, DESIGN §5): ``list``/``info``/``log`` are open to
+everyone the bot serves in the session (the gateway's access policy already decided that).
+``send``/``stop``/``stop all``/``/stop`` need an admin or the run's requester. Identities
+are always ``platform:user_id``, and a run is only ever controlled from its own platform,
+so ids that look alike on two platforms never match.
+
+Everything here but :func:`scope_runs` is pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from bot.sessions import is_child_session_key
+from bot.deps import Deps
+from bot.sessions import is_child_session_key, qualified_user
 from bot.types import RunRecord, ThreadRef
+
+
+@dataclass(frozen=True, kw_only=True)
+class Actor:
+    """Who is asking.
+
+    Attributes:
+        platform: The platform the command came from.
+        user_id: The platform's user id.
+        admins: Configured admins (``platform:user_id`` each).
+    """
+
+    platform: str
+    user_id: str
+    admins: Collection[str] = ()
+
+    @property
+    def qualified(self) -> str:
+        return qualified_user(self.platform, self.user_id)
+
+    @property
+    def is_admin(self) -> bool:
+        return bool(self.user_id) and self.qualified in self.admins
+
+    @classmethod
+    def from_qualified(cls, qualified: str, admins: Collection[str] = ()) -> Actor:
+        """``slack:U1`` -> Actor(platform="slack", user_id="U1")."""
+        platform, _, user_id = qualified.partition(":")
+        return cls(platform=platform, user_id=user_id, admins=admins)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    allowed: bool
+    reason: str = ""
+    """Why not, as a short sentence for the user (empty when allowed)."""
+
+
+def may_control(actor: Actor, run: RunRecord, *, verb: str = "stop") -> Decision:
+    """Whether ``actor`` may ``verb`` (stop, send to) ``run``."""
+    if run.thread.platform != actor.platform:
+        return Decision(allowed=False, reason=f"That run belongs to {run.thread.platform}.")
+    if actor.is_admin:
+        return Decision(allowed=True)
+    if actor.user_id and run.requester == actor.qualified:
+        return Decision(allowed=True)
+    return Decision(
+        allowed=False,
+        reason=f"Only an admin or the person who started it can {verb} this run.",
+    )
+
+
+def partition(
+    actor: Actor, runs: Sequence[RunRecord], *, verb: str = "stop"
+) -> tuple[list[RunRecord], list[RunRecord]]:
+    """Split ``runs`` into (allowed, refused) for ``actor``."""
+    allowed: list[RunRecord] = []
+    refused: list[RunRecord] = []
+    for run in runs:
+        (allowed if may_control(actor, run, verb=verb).allowed else refused).append(run)
+    return allowed, refused
+
 
 MIN_PREFIX = 4
 MAX_TOKEN = 120
@@ -120,3 +195,19 @@ def _shown(token: str) -> str:
     """The token as echoed back: one line, bounded, no backticks to break the code span."""
     clean = " ".join(token.split()).replace("`", "'")
     return clean if len(clean) <= MAX_TOKEN else clean[: MAX_TOKEN - 1] + "…"
+
+
+def scope_runs(deps: Deps, *, session_key: str, thread: ThreadRef) -> list[RunRecord]:
+    """Runs a command in ``thread`` may address, newest first.
+
+    Normally the runs spawned from ``session_key``. A channel-level Slack message addresses
+    every run of that channel: the channel session and each ``<session>:thread:<ts>``
+    session under it.
+    """
+    if not channel_scope(thread):
+        return deps.runs.session_runs(session_key)
+    return [
+        r
+        for r in deps.runs.sessions_under(session_key)
+        if r.thread.platform == thread.platform and r.thread.chat == thread.chat
+    ]

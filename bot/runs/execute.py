@@ -1,8 +1,11 @@
 """One subagent run, from ``queued`` to its terminal transition (runs inside the RQ horse).
 
-Fresh context: the type's system prompt plus the task as the only user message. Between
-steps the run checks its stop flag and soft deadline and takes steering messages from its
-inbox. A heartbeat thread proves to the reaper that the process is alive.
+The lifecycle is here; the work is a :class:`RunBody` (the agent's tool loop, see
+:mod:`bot.agent.subagent`) that the worker passes in. Between steps the body calls the
+hooks this module gives it: the stop flag and soft deadline, steering messages from the
+run's inbox, the transcript, and progress. A heartbeat thread proves to the reaper that the
+process is alive. Whatever ends the body (an answer, a stop, a deadline, a model failure,
+RQ's hard timeout, a crash) ends in exactly one :func:`~bot.runs.finalize.finalize_run`.
 """
 
 from __future__ import annotations
@@ -12,24 +15,28 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Protocol
 
-import openai
 from rq.timeouts import BaseTimeoutException
 
-from bot.agent.context import ToolContext
-from bot.agent.loop import LoopControl, LoopResult, Meter, run_loop
-from bot.agent.subagent_types import subagent_types, tools_for_type
 from bot.deps import Deps
-from bot.errors import RunDeadline, RunStopped
-from bot.finalize import finalize_run
-from bot.followup import continuation
+from bot.errors import ModelCallFailed, RunDeadline, RunStopped
+from bot.runs.finalize import finalize_run
+from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.streams import ProgressEvent, put_progress
 from bot.types import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
 
 PROGRESS_MIN_INTERVAL = 1.0
+
+
+class RunBody(Protocol):
+    """The work of a run: drive the agent until it answers (or a hook raises)."""
+
+    def __call__(self, record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
+        """Run ``record``'s task, counting into ``meter`` and obeying ``control``."""
+        ...
 
 
 @contextmanager
@@ -55,7 +62,7 @@ def heartbeat(deps: Deps, run_id: str) -> Iterator[None]:
         thread.join(timeout=every + 1)
 
 
-def execute_run(deps: Deps, run_id: str) -> str:
+def execute_run(deps: Deps, run_id: str, body: RunBody) -> str:
     """Run ``run_id`` to its end; returns its final status (also recorded in Redis)."""
     record = deps.runs.get(run_id)
     if record is None:
@@ -68,37 +75,41 @@ def execute_run(deps: Deps, run_id: str) -> str:
     start = ProgressEvent(run_id=run_id, thread=record.thread, text="started")
     put_progress(deps.redis, deps.keys, start)
     with heartbeat(deps, run_id):
-        status, text, notes = _drive(deps, record, meter)
+        status, text, notes = _drive(deps, record, body, meter)
     finalize_run(deps, run_id, status=status, result=text, notes=notes, usage=meter.usage)
     return status.value
 
 
-def _drive(deps: Deps, record: RunRecord, meter: Meter) -> tuple[RunStatus, str, str]:
+def _drive(
+    deps: Deps, record: RunRecord, body: RunBody, meter: Meter
+) -> tuple[RunStatus, str, str]:
+    """Run the body and map how it ended to (status, result, notes)."""
+
     def steps() -> str:
         return f"after {meter.steps} step(s)"
 
     try:
-        result = _loop(deps, record, meter)
+        result = body(record, control=_control(deps, record, meter), meter=meter)
     except RunStopped:
         return RunStatus.STOPPED, meter.last_text, f"stopped on request {steps()}"
     except RunDeadline:
         return RunStatus.TIMEOUT, meter.last_text, _timeout_note(record, steps())
     except BaseTimeoutException:
+        notes = _timeout_note(record, steps()) + " (hard limit)"
         finalize_run(
             deps,
             record.run_id,
             status=RunStatus.TIMEOUT,
             result=meter.last_text,
-            notes=_timeout_note(record, steps()) + " (hard limit)",
+            notes=notes,
             usage=meter.usage,
         )
         raise
-    except openai.APITimeoutError as exc:
-        if time.monotonic() - meter.started >= record.timeout_s:
+    except ModelCallFailed as exc:
+        if exc.timed_out and time.monotonic() - meter.started >= record.timeout_s:
             return RunStatus.TIMEOUT, meter.last_text, _timeout_note(record, steps())
-        return RunStatus.ERROR, meter.last_text, f"model call timed out: {exc}"
-    except openai.APIError as exc:
-        return RunStatus.ERROR, meter.last_text, f"model call failed {steps()}: {_api_error(exc)}"
+        verb = "timed out" if exc.timed_out else f"failed {steps()}"
+        return RunStatus.ERROR, meter.last_text, f"model call {verb}: {exc}"
     except Exception as exc:
         log.exception("run %s crashed", record.run_id)
         return RunStatus.ERROR, meter.last_text, f"{type(exc).__name__}: {exc}"
@@ -110,47 +121,6 @@ def _drive(deps: Deps, record: RunRecord, meter: Meter) -> tuple[RunStatus, str,
 
 def _timeout_note(record: RunRecord, steps: str) -> str:
     return f"run timeout of {record.timeout_s}s reached {steps}"
-
-
-def _api_error(exc: openai.APIError) -> str:
-    status = getattr(exc, "status_code", None)
-    text = str(exc.message if hasattr(exc, "message") else exc)[:300]
-    return f"HTTP {status}: {text}" if status else text
-
-
-def _loop(deps: Deps, record: RunRecord, meter: Meter) -> LoopResult:
-    sub_type = subagent_types(deps.settings)[record.subagent_type]
-    system = (
-        sub_type.system_prompt or subagent_types(deps.settings)["general-purpose"].system_prompt
-    )
-    prior = deps.transcripts.read(record.session_id)
-    messages: list[dict[str, Any]] = (
-        continuation(prior, record.task)  # a follow-up: the child session goes on
-        if prior
-        else [{"role": "system", "content": system}, {"role": "user", "content": record.task}]
-    )
-    for message in messages[-1:] if prior else messages:
-        deps.transcripts.append(record.session_id, message)
-    ctx = ToolContext(
-        deps=deps,
-        session_key=record.child_session_key,
-        thread=record.thread,
-        requester=record.requester,
-        agent_id=record.agent_id,
-        run_id=record.run_id,
-    )
-    return run_loop(
-        model=deps.model,
-        model_name=record.model,
-        messages=messages,
-        tools=tools_for_type(sub_type, deps.settings),
-        ctx=ctx,
-        max_steps=deps.settings.openai.max_steps,
-        meter=meter,
-        control=_control(deps, record, meter),
-        thinking=record.thinking,
-        max_tool_chars=deps.settings.subagents.max_result_chars,
-    )
 
 
 def _control(deps: Deps, record: RunRecord, meter: Meter) -> LoopControl:
@@ -168,7 +138,12 @@ def _control(deps: Deps, record: RunRecord, meter: Meter) -> LoopControl:
         if now - last[0] < PROGRESS_MIN_INTERVAL:
             return
         last[0] = now
-        deps.runs.update(run_id, result=meter.last_text, **_usage(meter))
+        deps.runs.update(
+            run_id,
+            result=meter.last_text,
+            prompt_tokens=meter.usage.prompt_tokens,
+            completion_tokens=meter.usage.completion_tokens,
+        )
         event = ProgressEvent(run_id=run_id, thread=record.thread, text=text)
         put_progress(deps.redis, deps.keys, event)
 
@@ -179,10 +154,3 @@ def _control(deps: Deps, record: RunRecord, meter: Meter) -> LoopControl:
         progress=progress,
         deadline=meter.started + record.timeout_s,
     )
-
-
-def _usage(meter: Meter) -> dict[str, int]:
-    return {
-        "prompt_tokens": meter.usage.prompt_tokens,
-        "completion_tokens": meter.usage.completion_tokens,
-    }

@@ -1,0 +1,1 @@
+"""The gateway process: adapters in, ingress (commands, turns), egress and progress out."""

@@ -1,0 +1,19 @@
+"""The run lifecycle, one concern per module.
+
+==============  =====================================================================
+module          what it owns
+==============  =====================================================================
+``spawn``       validate a request, write the run record, enqueue its job
+``execute``     the run body inside the RQ horse: heartbeat, hooks, how it ended
+``finalize``    the one terminal transition (announce, history note, slot, archive)
+``stop``        stop a run or a turn; re-send hard stops that did not land
+``send``        steer a running run, or follow a finished one up on its session
+``access``      which runs a command may see, which run an id names, who may act
+``render``      a run's name, title, icons, durations, announce and history note
+``catalog``     the subagent types (built-in ``general-purpose`` plus config's)
+==============  =====================================================================
+
+``bot.commands`` and ``bot.agent`` call this package; it imports neither (the agent's tool
+loop reaches a run as a :class:`~bot.runs.execute.RunBody` the worker passes in). Below
+it are the stores (:mod:`bot.store`), one owner per Redis structure.
+"""

@@ -1,0 +1,153 @@
+"""Stopping runs and turns (DESIGN §8).
+
+Stop, for one run:
+
+1. set its stop flag (the run checks it between steps, and RQ's callbacks read it);
+2. queued: cancel the RQ job first — ``Job.cancel`` gives its concurrency slot to the next
+   waiting run (finalize only drops the slot, it promotes nobody);
+3. finalize ``stopped`` right away, keeping the partial result the run recorded, so the
+   status and the announce never wait for a model call to return;
+4. running (or started meanwhile): hard-stop the work horse with RQ's stop command. That
+   is a fire-and-forget pub/sub message, so the run also goes into ``stops:pending`` and
+   the maintenance sweep re-sends it while the job still executes after
+   ``subagents.hard_kill_grace_seconds``.
+
+``/stop`` also sets the session's turn-stop flag; the executing turn job goes into
+``stops:pending`` too and is hard-stopped by the sweep if the flag did not end it in time.
+
+The run's own finalize, when its horse gets that far, is then a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from bot.deps import Deps
+from bot.runs.finalize import finalize_run
+from bot.runs.render import format_duration, format_tokens
+from bot.sessions import qualified_user
+from bot.store.stops import TURN_MEMBER
+from bot.types import RunRecord, RunStatus
+
+log = logging.getLogger(__name__)
+
+GIVE_UP_AFTER_SECONDS = 600
+"""Stop re-sending hard stops for a run this long after it ended (the job is stuck elsewhere)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopResult:
+    """What stopping one run did.
+
+    Attributes:
+        run_id: The run.
+        was: Its status before the stop.
+        ended: True if this stop made the terminal transition.
+        hard_stop_sent: True if a stop command went to the worker executing it.
+    """
+
+    run_id: str
+    was: RunStatus
+    ended: bool = False
+    hard_stop_sent: bool = False
+
+
+def stop_run(deps: Deps, run_id: str, *, by: str) -> StopResult:
+    """Stop ``run_id`` (see the module docstring); ``by`` names who asked, for the notes."""
+    record = deps.runs.get(run_id)
+    if record is None:
+        return StopResult(run_id=run_id, was=RunStatus.UNKNOWN)
+    if record.status.terminal:
+        return StopResult(run_id=run_id, was=record.status)
+    deps.runs.request_stop(run_id)
+    executing = record.status is RunStatus.RUNNING
+    if not executing:
+        executing = deps.jobs.cancel_queued(record.job_id)
+    ended = finalize_run(
+        deps, run_id, status=RunStatus.STOPPED, result=None, notes=stop_note(deps, record, by)
+    )
+    sent = _hard_stop(deps, record) if executing else False
+    log.info("run %s stopped by %s (ended=%s, hard stop=%s)", run_id, by, ended, sent)
+    return StopResult(run_id=run_id, was=record.status, ended=ended, hard_stop_sent=sent)
+
+
+def stop_note(deps: Deps, record: RunRecord, by: str, *, now: float | None = None) -> str:
+    """The announce's Notes for a stop: who, and how far the run had got."""
+    now = now or time.time()
+    if record.status is RunStatus.QUEUED or record.started_at is None:
+        return f"stopped by {by} before it started"
+    steps = deps.transcripts.length(record.session_id)
+    ran = format_duration(now - record.started_at)
+    tokens = format_tokens(record.usage.total)
+    progress = f"{steps} transcript message(s), {tokens} tokens so far"
+    partial = "; the result is partial" if record.result.strip() else ""
+    return f"stopped by {by} after {ran} ({progress}){partial}"
+
+
+def _hard_stop(deps: Deps, record: RunRecord) -> bool:
+    grace = deps.settings.subagents.hard_kill_grace_seconds
+    deps.stops.recheck_run(record.run_id, at=time.time() + grace)
+    return deps.jobs.send_stop(record.job_id)
+
+
+def resend_hard_stops(deps: Deps, *, now: float | None = None) -> list[str]:
+    """Maintenance: re-send the stop of runs and turns whose job still executes after the
+    grace; returns the ``stops:pending`` members it re-sent."""
+    now = now or time.time()
+    grace = deps.settings.subagents.hard_kill_grace_seconds
+    resent: list[str] = []
+    for member in deps.stops.due(now=now):
+        job_id = _pending_job(deps, member, now)
+        if job_id is None or not deps.jobs.is_executing(job_id):
+            deps.stops.done(member)
+            continue
+        log.warning("job %s still executes after its stop; (re-)sending the stop", job_id)
+        deps.jobs.send_stop(job_id)
+        deps.stops.postpone(member, at=now + max(grace, 0.5))
+        resent.append(member)
+    return resent
+
+
+def _pending_job(deps: Deps, member: str, now: float) -> str | None:
+    """The job to re-check for a ``stops:pending`` member; None once it is not worth it."""
+    if member.startswith(TURN_MEMBER):
+        return member.removeprefix(TURN_MEMBER)
+    record = deps.runs.get(member)
+    if record is None:
+        return None
+    if now - (record.ended_at or now) > GIVE_UP_AFTER_SECONDS:
+        log.warning("run %s: its job still executes long after the stop; giving up", member)
+        return None
+    return record.job_id
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnInfo:
+    """The executing main-agent turn of a session: its job and whose message it answers."""
+
+    job_id: str
+    owner: str
+
+
+def running_turn(deps: Deps, session_key: str) -> TurnInfo | None:
+    """The session's executing turn, if any."""
+    for job_id, payload in deps.jobs.started_turns():
+        if payload.get("session_key") == session_key:
+            owner = qualified_user(str(payload.get("platform")), str(payload.get("sender_id")))
+            return TurnInfo(job_id=job_id, owner=owner)
+    return None
+
+
+def stop_turn(deps: Deps, session_key: str, *, job_id: str | None = None) -> None:
+    """Ask the session's running turn to end at its next step (it answers "Stopped.").
+
+    A turn blocked in a long model call never reaches its next step, so ``job_id`` (the
+    executing turn) also goes into ``stops:pending``: the sweep hard-stops it if it still
+    executes after the grace.
+    """
+    deps.stops.stop_turn(session_key, ttl=deps.settings.turn_timeout_seconds)
+    if job_id:
+        due = time.time() + deps.settings.subagents.hard_kill_grace_seconds
+        deps.stops.recheck_turn(job_id, at=due)

@@ -1,0 +1,62 @@
+"""Pending hard stops and turn-stop flags: what a stop asked for and must re-check.
+
+``stops:pending`` holds what still needs a hard stop if it keeps executing: run ids, and
+turn jobs under the :data:`TURN_MEMBER` prefix, each scored by when to re-check. The
+session's ``turn_stop`` flag asks a running main-agent turn to end at its next step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+from bot.keys import Keys
+
+TURN_MEMBER = "turn:"
+"""``stops:pending`` members with this prefix name a turn job; the others are run ids."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Stops:
+    """Owner of ``stops:pending`` and the sessions' ``turn_stop`` flags.
+
+    Args:
+        redis: Sync client.
+        keys: Key builder.
+    """
+
+    def __init__(self, *, redis: redis.Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    def recheck_run(self, run_id: str, *, at: float) -> None:
+        self.redis.zadd(self.keys.stops_pending, {run_id: at})
+
+    def recheck_turn(self, job_id: str, *, at: float) -> None:
+        self.redis.zadd(self.keys.stops_pending, {TURN_MEMBER + job_id: at})
+
+    def due(self, *, now: float | None = None, limit: int = 100) -> list[str]:
+        """Members whose re-check time has come (run ids, or ``turn:<job id>``)."""
+        now = time.time() if now is None else now
+        raw = self.redis.zrangebyscore(self.keys.stops_pending, "-inf", now, start=0, num=limit)
+        return [_text(m) for m in raw]
+
+    def postpone(self, member: str, *, at: float) -> None:
+        self.redis.zadd(self.keys.stops_pending, {member: at})
+
+    def done(self, member: str) -> None:
+        self.redis.zrem(self.keys.stops_pending, member)
+
+    def stop_turn(self, session_key: str, *, ttl: int) -> None:
+        self.redis.set(self.keys.turn_stop(session_key), "1", ex=ttl)
+
+    def turn_stop_requested(self, session_key: str) -> bool:
+        return bool(self.redis.exists(self.keys.turn_stop(session_key)))
+
+    def clear_turn_stop(self, session_key: str) -> None:
+        self.redis.delete(self.keys.turn_stop(session_key))

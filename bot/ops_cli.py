@@ -114,7 +114,6 @@ def info(run: Annotated[str, typer.Argument(help="Run id or unique prefix.")]) -
             raise typer.Exit(1)
         text = render_info(
             found,
-            number=found.seq,
             now=time.time(),
             transcript_ref=deps.transcripts.current_key(
                 found.session_id, archived_at=found.archived_at

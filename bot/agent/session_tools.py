@@ -54,7 +54,8 @@ class HistoryArgs(BaseModel):
     id: str = Field(
         min_length=1,
         max_length=200,
-        description="Run: list number (1 = newest), 'last', run-id prefix or childSessionKey.",
+        description="Run: its number (as sessions_spawn returned it), 'last', a run-id "
+        "prefix or the childSessionKey.",
     )
     limit: int = Field(20, ge=1, le=200, description="How many of the last messages.")
     tools: bool = Field(False, description="Only tool calls and tool results.")
@@ -70,15 +71,15 @@ class SendArgs(BaseModel):
     )
 
 
-def _resolve(ctx: ToolContext, token: str) -> tuple[RunRecord, int]:
+def _resolve(ctx: ToolContext, token: str) -> RunRecord:
     found = resolve_run(token, ctx.deps.runs.session_runs(ctx.session_key))
     if found.run is None:
         raise ToolError(found.error.replace("`", ""))
-    return found.run, found.number
+    return found.run
 
 
 def _history(ctx: ToolContext, args: HistoryArgs) -> str:
-    run, number = _resolve(ctx, args.id)
+    run = _resolve(ctx, args.id)
     last = 2_000 if args.tools else args.limit
     transcripts = ctx.deps.transcripts
     key = transcripts.current_key(run.session_id, archived_at=run.archived_at)
@@ -90,12 +91,12 @@ def _history(ctx: ToolContext, args: HistoryArgs) -> str:
         for m in messages[-args.limit :]
     ]
     return json.dumps(
-        {"number": number, "runId": run.run_id, "status": run.status.value, "messages": items}
+        {"number": run.seq, "runId": run.run_id, "status": run.status.value, "messages": items}
     )
 
 
 def _send(ctx: ToolContext, args: SendArgs) -> str:
-    run, _ = _resolve(ctx, args.id)
+    run = _resolve(ctx, args.id)
     actor = Actor.from_qualified(ctx.requester, ctx.deps.settings.admins)
     decision = may_control(actor, run, verb="send to")
     if not decision.allowed:

@@ -50,25 +50,31 @@ def timing(run: RunRecord, now: float) -> str:
 
 
 def render_list(runs: Sequence[RunRecord], *, now: float, scope: str = "this thread") -> str:
-    """``/subagents list``: a header with counts, then one numbered line per run."""
+    """``/subagents list``: a header with counts, then one line per run, newest first,
+    each with the run's own number (``#3``)."""
     if not runs:
         return EMPTY_LIST
     active = sum(1 for r in runs if not r.status.terminal)
     lines = [f"**Subagents in {scope}** — {active} active · {len(runs) - active} done"]
-    for number, run in enumerate(runs[:LIST_MAX], start=1):
+    for run in runs[:LIST_MAX]:
         lines.append(
-            f"{number}. {ICONS[run.status]} {run.status.value} · {run_name(run)} · "
+            f"#{run.seq} {ICONS[run.status]} {run.status.value} · {run_name(run)} · "
             f"{timing(run, now)} · `{run.run_id[:8]}` · `{run.child_session_key}`"
         )
     older = runs[LIST_MAX:]
     if older:
         busy = sum(1 for r in older if not r.status.terminal)
         lines.append(
-            f"…and {len(older)} older (#{LIST_MAX + 1}–#{len(runs)}"
+            f"…and {len(older)} older ({_span(older)}"
             + (f", {busy} of them still active" if busy else "")
-            + f"); `/subagents info {LIST_MAX + 1}` and the like show any of them."
+            + f"); `/subagents info {older[0].seq}` and the like show any of them."
         )
     return "\n".join(lines)
+
+
+def _span(runs: Sequence[RunRecord]) -> str:
+    numbers = sorted(r.seq for r in runs)
+    return f"#{numbers[0]}" if len(numbers) == 1 else f"#{numbers[0]}–#{numbers[-1]}"
 
 
 def when(ts: float | None, now: float) -> str:
@@ -82,14 +88,13 @@ def when(ts: float | None, now: float) -> str:
 def render_info(
     run: RunRecord,
     *,
-    number: int,
     now: float,
     transcript_ref: str,
     archive_at: float | None,
 ) -> str:
     """``/subagents info``: every field a person needs to understand one run."""
     lines = [
-        f"**Subagent {number}** · {ICONS[run.status]} {run.status.value} · {run_name(run)}",
+        f"**Subagent #{run.seq}** · {ICONS[run.status]} {run.status.value} · {run_name(run)}",
         f"• Label: {one_line(run.label) or '—'}",
         f"• Task: {one_line(run.task, 300)}",
         f"• Run id: `{run.run_id}`",
@@ -143,7 +148,6 @@ def _outcome(run: RunRecord) -> list[str]:
 def render_log(
     run: RunRecord,
     *,
-    number: int,
     messages: Sequence[Mapping[str, Any]],
     limit: int,
     tools_only: bool,
@@ -152,7 +156,10 @@ def render_log(
     picked = [m for m in messages if is_tool_message(m)] if tools_only else list(messages)
     shown = picked[-limit:] if limit else []
     kind = "tool messages" if tools_only else "messages"
-    head = f"**Log of subagent {number}** · {run_name(run)} — last {len(shown)} of {len(picked)} {kind}"
+    head = (
+        f"**Log of subagent #{run.seq}** · {run_name(run)} — "
+        f"last {len(shown)} of {len(picked)} {kind}"
+    )
     if not shown:
         return head + "\n(nothing yet)"
     return "\n".join([head, *(f"• {log_line(m)}" for m in shown)])

@@ -18,7 +18,8 @@ HELP_TEXT = (
     "• `/subagents stop <id|all>` — stop runs\n"
     "• `/stop` — stop the current answer and every run of this thread\n"
     "• `/help` — this list\n"
-    "`<id>` is a list number (`1`, `#1`), `last`, a run-id prefix or a session key."
+    "`<id>` is the run's number (`3` or `#3`: the one its status card and announce show), "
+    "`last`, a run-id prefix or a session key."
 )
 
 

@@ -39,7 +39,8 @@ USAGE = (
     f"• `/subagents log <id> [limit] [tools]` (limit 1–{LOG_MAX}, default {LOG_DEFAULT})\n"
     "• `/subagents send <id> <message>`\n"
     "• `/subagents stop <id|all>`\n"
-    "`<id>`: list number (`1`, `#1`), `last`, run-id prefix or child session key."
+    "`<id>`: the run's number (`3` or `#3`, as its status card and announce show it), "
+    "`last`, a run-id prefix or a child session key."
 )
 SUBCOMMANDS = ("list", "info", "log", "send", "stop", "help")
 
@@ -147,7 +148,6 @@ def _abort_turn(req: CommandRequest) -> str:
 
 
 def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
-    numbered = {r.run_id: i for i, r in enumerate(runs, start=1)}
     unfinished = [r for r in runs if not r.status.terminal]
     if not unfinished:
         return "Nothing to stop: no subagent is queued or running here."
@@ -156,10 +156,10 @@ def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
     stopped = [r for r in allowed if stop_run(req.deps, r.run_id, by=by).ended]
     lines = []
     if stopped:
-        lines.append(f"⏹️ Stopped {len(stopped)}: {_numbers(stopped, numbered)}.")
+        lines.append(f"⏹️ Stopped {len(stopped)}: {_numbers(stopped)}.")
     if refused:
         lines.append(
-            f"Skipped {len(refused)} started by someone else ({_numbers(refused, numbered)}): "
+            f"Skipped {len(refused)} started by someone else ({_numbers(refused)}): "
             "only an admin or the person who started a run can stop it."
         )
     if not stopped and not refused:
@@ -170,7 +170,7 @@ def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
 def _stop_one(req: CommandRequest, found: Resolution) -> str:
     run = found.run
     assert run is not None
-    name = f"subagent {found.number} · {run_name(run)}"
+    name = f"subagent #{run.seq} · {run_name(run)}"
     if run.status.terminal:
         return f"{name.capitalize()} already ended ({run.status.value}); nothing to stop."
     decision = may_control(actor_of(req), run, verb="stop")
@@ -185,7 +185,7 @@ def _stop_one(req: CommandRequest, found: Resolution) -> str:
 def _send(req: CommandRequest, found: Resolution, message: str) -> str:
     run = found.run
     assert run is not None
-    name = f"subagent {found.number} · {run_name(run)}"
+    name = f"subagent #{run.seq} · {run_name(run)}"
     decision = may_control(actor_of(req), run, verb="send to")
     if not decision.allowed:
         return f"I can't send to {name}: {decision.reason}"
@@ -199,7 +199,7 @@ def _send(req: CommandRequest, found: Resolution, message: str) -> str:
         )
     return (
         f"↪️ {name.capitalize()} had ended ({run.status.value}), so I started a follow-up on "
-        f"the same session: run `{result.run.run_id[:8]}` (now `#1` in the list). Its answer "
+        f"the same session: run #{result.run.seq} (`{result.run.run_id[:8]}`). Its answer "
         "will be announced here."
     )
 
@@ -210,7 +210,6 @@ def _info(req: CommandRequest, found: Resolution) -> str:
     deps = req.deps
     return render_info(
         run,
-        number=found.number,
         now=time.time(),
         transcript_ref=deps.transcripts.current_key(run.session_id, archived_at=run.archived_at),
         archive_at=deps.runs.archive_at(run.run_id),
@@ -225,7 +224,6 @@ def _log(req: CommandRequest, found: Resolution, parsed: SubagentsRequest) -> st
     messages = transcripts.read_key(key, last=LOG_SCAN if parsed.tools_only else parsed.limit)
     return render_log(
         run,
-        number=found.number,
         messages=messages,
         limit=parsed.limit,
         tools_only=parsed.tools_only,
@@ -246,8 +244,8 @@ def _by(req: CommandRequest) -> str:
     return f"{name} ({actor.qualified})" if name and name != actor.user_id else actor.qualified
 
 
-def _numbers(runs: list[RunRecord], numbered: dict[str, int]) -> str:
-    return ", ".join(f"#{numbered[r.run_id]}" for r in runs)
+def _numbers(runs: list[RunRecord]) -> str:
+    return ", ".join(f"#{r.seq}" for r in sorted(runs, key=lambda r: r.seq))
 
 
 def _scope_name(req: CommandRequest) -> str:

@@ -7,14 +7,16 @@ that channel.
 Ids (:func:`resolve_run`), tried in this order:
 
 * ``last`` — the newest run in scope;
-* ``1`` or ``#1`` — the list number of ``/subagents list`` (newest first);
+* ``3`` or ``#3`` — the run's number in its session: the one its status card, announce,
+  ``/subagents list`` and every confirmation show (numbers count up from 1 per session and
+  are never reused; a follow-up gets a new one);
 * a child session key ``agent:<agentId>:subagent:<uuid>`` — its newest run (follow-ups
   share the key);
 * a run-id prefix of at least :data:`MIN_PREFIX` characters (unique in scope).
 
-An all-digit token that is out of range as a list number is also tried as a run-id prefix,
+An all-digit token that names no run number is also tried as a run-id prefix,
 because run ids are hex and may start with digits; so is one with a leading zero
-(``0042``), which no list number has.
+(``0042``), which no run number has.
 
 Authorization (:func:`may_control`, DESIGN §5): ``list``/``info``/``log`` are open to
 everyone the bot serves in the session (the gateway's access policy already decided that).
@@ -107,12 +109,10 @@ class Resolution:
 
     Attributes:
         run: The run, or ``None``.
-        number: Its list number (1 = newest) when found.
         error: A short markdown answer for the user when ``run`` is ``None``.
     """
 
     run: RunRecord | None = None
-    number: int = 0
     error: str = ""
 
 
@@ -126,12 +126,19 @@ def channel_scope(thread: ThreadRef) -> bool:
     return thread.platform == "slack" and thread.thread is None
 
 
-def valid_forms(count: int) -> str:
+def valid_forms(runs: Sequence[RunRecord]) -> str:
     """One line listing what an ``<id>`` may be, for error answers."""
-    numbers = "`1`" if count <= 1 else f"`1`–`{count}`"
+    numbers = sorted({r.seq for r in runs})
+    if not numbers:
+        example = "`#1`"
+    elif len(numbers) == 1:
+        example = f"`#{numbers[0]}`"
+    else:
+        example = f"`#{numbers[0]}`–`#{numbers[-1]}`"
     return (
-        f"Use a list number ({numbers} or `#1`), `last`, a run-id prefix "
-        f"({MIN_PREFIX}+ characters) or a child session key; see `/subagents list`."
+        f"Use a run's number ({example}, as its status card and announce show it), `last`, "
+        f"a run-id prefix ({MIN_PREFIX}+ characters) or a child session key; "
+        "see `/subagents list`."
     )
 
 
@@ -142,43 +149,51 @@ def resolve_run(token: str, runs: Sequence[RunRecord]) -> Resolution:
     if not runs:
         return Resolution(error="There are no subagent runs here yet, so nothing matches.")
     if token.lower() == "last":
-        return Resolution(run=runs[0], number=1)
+        return Resolution(run=runs[0])
     number = _number(token)
     if number is not None:
-        if 1 <= number <= len(runs):
-            return Resolution(run=runs[number - 1], number=number)
-        if token.startswith("#") or len(token) < MIN_PREFIX:
-            return Resolution(
-                error=f"There is no run #{number} here; the list has {len(runs)}. "
-                + valid_forms(len(runs))
-            )
+        found = _by_number(number, runs)
+        if found.run is not None or token.startswith("#") or len(token) < MIN_PREFIX:
+            return found
     if is_child_session_key(token):
-        for i, run in enumerate(runs, start=1):
+        for run in runs:
             if run.child_session_key == token:
-                return Resolution(run=run, number=i)
-        return Resolution(error=f"No run here has session `{shown}`. " + valid_forms(len(runs)))
+                return Resolution(run=run)
+        return Resolution(error=f"No run here has session `{shown}`. " + valid_forms(runs))
     return _by_prefix(token.lower(), shown, runs)
+
+
+def _by_number(number: int, runs: Sequence[RunRecord]) -> Resolution:
+    hits = [r for r in runs if r.seq == number]
+    if len(hits) == 1:
+        return Resolution(run=hits[0])
+    if not hits:
+        return Resolution(error=f"There is no run #{number} here. " + valid_forms(runs))
+    # A channel-wide command sees several threads, each numbering its own runs.
+    listed = ", ".join(f"`{r.run_id[:8]}`" for r in hits[:5])
+    return Resolution(
+        error=f"#{number} names {len(hits)} runs in this channel ({listed}); "
+        "use the run-id prefix, or ask in the run's own thread."
+    )
 
 
 def _by_prefix(token: str, shown: str, runs: Sequence[RunRecord]) -> Resolution:
     if not token or not set(token) <= _HEX:
-        return Resolution(error=f"`{shown}` is not a run id I know. " + valid_forms(len(runs)))
+        return Resolution(error=f"`{shown}` is not a run id I know. " + valid_forms(runs))
     if len(token) < MIN_PREFIX:
         return Resolution(
             error=f"`{shown}` is too short for a run-id prefix (at least {MIN_PREFIX} "
-            "characters). " + valid_forms(len(runs))
+            "characters). " + valid_forms(runs)
         )
-    hits = [(i, r) for i, r in enumerate(runs, start=1) if r.run_id.startswith(token)]
+    hits = [r for r in runs if r.run_id.startswith(token)]
     if len(hits) == 1:
-        return Resolution(run=hits[0][1], number=hits[0][0])
+        return Resolution(run=hits[0])
     if not hits:
-        return Resolution(
-            error=f"No run here has an id starting `{shown}`. " + valid_forms(len(runs))
-        )
-    listed = ", ".join(f"#{i} `{r.run_id[:12]}`" for i, r in hits[:5])
+        return Resolution(error=f"No run here has an id starting `{shown}`. " + valid_forms(runs))
+    listed = ", ".join(f"#{r.seq} `{r.run_id[:12]}`" for r in hits[:5])
     return Resolution(
         error=f"`{shown}` matches {len(hits)} runs ({listed}); type more characters or use "
-        "the list number."
+        "the run's number."
     )
 
 
@@ -186,7 +201,7 @@ def _number(token: str) -> int | None:
     digits = token[1:] if token.startswith("#") else token
     if digits.isdigit() and digits.isascii() and len(digits) <= 9:
         if len(digits) > 1 and digits.startswith("0") and not token.startswith("#"):
-            return None  # a run-id prefix such as 0042ab…, not list number 42
+            return None  # a run-id prefix such as 0042ab…, not run number 42
         return int(digits)
     return None
 

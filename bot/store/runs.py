@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis
 
 from bot.keys import Keys, glob_escape
-from bot.types import Cleanup, Outbound, RunRecord, RunStatus, ThreadRef
+from bot.store.run_codec import decode_record, encode_record
+from bot.types import Outbound, RunRecord, RunStatus
+
+__all__ = ["Finalization", "RunsRegistry", "decode_record", "encode_record"]
 
 _FINALIZE = """
 local cur = redis.call('HGET', KEYS[1], 'status')
@@ -55,51 +58,6 @@ redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return 1
 """
-
-_JSON_FIELDS = {"thread", "warnings"}
-_OPTIONAL_FLOATS = {"started_at", "ended_at", "cost_usd", "archived_at"}
-
-
-def encode_record(record: RunRecord) -> dict[str, str]:
-    """RunRecord -> flat string mapping for HSET (``None`` becomes an empty string)."""
-    out: dict[str, str] = {}
-    for f in fields(record):
-        value = getattr(record, f.name)
-        if f.name == "thread":
-            out[f.name] = json.dumps(value.to_json())
-        elif f.name == "warnings":
-            out[f.name] = json.dumps(list(value))
-        elif value is None:
-            out[f.name] = ""
-        else:
-            out[f.name] = str(value.value if hasattr(value, "value") else value)
-    return out
-
-
-def decode_record(raw: Mapping[Any, Any]) -> RunRecord:
-    data = {_text(k): _text(v) for k, v in raw.items()}
-    kwargs: dict[str, Any] = {}
-    for f in fields(RunRecord):
-        if f.name not in data:
-            continue
-        value = data[f.name]
-        if f.name == "thread":
-            kwargs[f.name] = ThreadRef.from_json(json.loads(value))
-        elif f.name == "warnings":
-            kwargs[f.name] = tuple(json.loads(value or "[]"))
-        elif f.name in _OPTIONAL_FLOATS:
-            kwargs[f.name] = float(value) if value else None
-        elif f.name in ("seq", "timeout_s", "prompt_tokens", "completion_tokens"):
-            kwargs[f.name] = int(value or 0)
-        elif f.name == "created_at":
-            kwargs[f.name] = float(value or 0)
-        elif f.name == "status":
-            kwargs[f.name] = RunStatus(value)
-        elif f.name == "cleanup":
-            kwargs[f.name] = Cleanup(value)
-        else:
-            kwargs[f.name] = value
-    return RunRecord(**kwargs)
 
 
 def _text(value: Any) -> str:

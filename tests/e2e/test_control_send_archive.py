@@ -65,8 +65,10 @@ async def test_send_steers_a_running_run_then_follows_up_a_finished_one(redis_ur
     assert "Result: follow-up of: steered: use 6*7 instead" in followed
     assert f"id {follow.run_id[:8]}" in followed
     replies = [m.text for m in channel.replies]
-    assert "📨 Sent to subagent 1 · work; it reads your message before its next step." in replies
-    assert any(r.startswith("↪️ Subagent 1 · work had ended (success)") for r in replies)
+    assert "📨 Sent to subagent #1 · work; it reads your message before its next step." in replies
+    assert any(
+        r.startswith("↪️ Subagent #1 · work had ended (success)") and "run #2" in r for r in replies
+    )
 
 
 async def test_archive_is_durable_across_a_restart_of_every_process(redis_url: str) -> None:
@@ -92,6 +94,7 @@ async def test_archive_is_durable_across_a_restart_of_every_process(redis_url: s
             due = deps.redis.zscore(deps.keys.archive_due, keep1.run_id)
             assert due is not None and keep1.ended_at is not None
             assert abs(due - (keep1.ended_at + 6)) < 0.01
+            # Negative check: keep1's due time passes while no process runs.
             await asyncio.sleep(max(0.0, due - time.time()) + 1.0)
             assert not archived("keep1")  # nobody was there to do it
 
@@ -103,6 +106,6 @@ async def test_archive_is_durable_across_a_restart_of_every_process(redis_url: s
             assert record.archived_at is not None
             assert not deps.redis.exists(live)
             assert deps.redis.exists(f"{live}.deleted.{int(record.archived_at)}")
-            await channel.say("/subagents log 2", thread=thread, user="bob")
-            await stack.wait_for(lambda: "Log of subagent 2" in channel.replies[-1].text)
+            await channel.say("/subagents log 1", thread=thread, user="bob")  # keep1
+            await stack.wait_for(lambda: "Log of subagent #1" in channel.replies[-1].text)
     assert "• **assistant**: ok" in channel.replies[-1].text  # archived, still readable

@@ -155,13 +155,13 @@ async def test_who_may_stop_and_what_stop_all_ends(redis_url: str) -> None:
         ),
         ("B", f"⏹️ Stopping the answer in progress.\n{nothing}"),
     ]
-    assert ("A", "I can't stop subagent 2 · quick: Only an admin or the person who started it "
+    assert ("A", "I can't stop subagent #1 · quick: Only an admin or the person who started it "
                  "can stop this run.") in replies  # fmt: skip
     assert (
         "A",
-        f"⏹️ Stopped subagent 1 · slow1 (`{slow1.run_id[:8]}`). Its announce follows.",
+        f"⏹️ Stopped subagent #2 · slow1 (`{slow1.run_id[:8]}`). Its announce follows.",
     ) in replies
-    assert ("A", "⏹️ Stopped 2: #1, #2.") in replies
+    assert ("A", "⏹️ Stopped 2: #3, #4.") in replies  # each run's own number
     assert ("B", "⏹️ Stopped 1: #1.") in replies
     (done,) = announces_for(channel, quick)
     assert "finished\nStatus: success\nResult: quick result" in done

@@ -80,9 +80,9 @@ def _run(run_id: str, created: float, **kw: Any) -> RunRecord:
 
 
 def seeded_runs(now: float) -> list[RunRecord]:
-    """The thread's runs, newest first (so index + 1 is the list number)."""
+    """The thread's runs, newest first, numbered #5 (newest) to #1 like a real session."""
     long = "word " * 2_000
-    return [
+    runs = [
         _run(
             "abcd" + "1" * 28,
             now - 10,
@@ -124,6 +124,7 @@ def seeded_runs(now: float) -> list[RunRecord]:
             label="\u202e\u0000\x1b[31mred\x1b[0m " + "é" * 200,
         ),
     ]
+    return [replace(r, seq=len(runs) - i) for i, r in enumerate(runs)]
 
 
 TRANSCRIPT: list[dict[str, Any]] = [
@@ -317,9 +318,9 @@ def test_any_text_through_ingress_never_raises_and_answers_are_bounded(
 
 @st.composite
 def references(draw: st.DrawFn) -> tuple[str, int]:
-    """A token naming one of THREAD's seeded runs, and that run's list number."""
-    number = draw(st.integers(1, 5))
-    run = seeded_runs(0)[number - 1]
+    """A token naming one of THREAD's seeded runs, and that run's number."""
+    run = draw(st.sampled_from(seeded_runs(0)))
+    number = run.seq
     unique = 8 if run.run_id.startswith("abcd") else 4
     token = draw(
         st.sampled_from(
@@ -332,7 +333,7 @@ def references(draw: st.DrawFn) -> tuple[str, int]:
             ]
         )
     )
-    if draw(st.booleans()) and number == 1:
+    if draw(st.booleans()) and number == 5:  # the newest
         token = draw(st.sampled_from(["last", "Last", "LAST"]))
     return token, number
 
@@ -382,7 +383,7 @@ def test_an_id_that_names_a_run_is_answered_about_that_run(
         f"/subagents{sep}{case(action)}{sep}{token}{extra}", user=user, thread=THREAD
     )
     check_reply(reply)
-    assert f"ubagent {number}" in reply, reply
+    assert f"ubagent #{number}" in reply, reply
 
 
 @FUZZ
@@ -414,12 +415,13 @@ def test_a_long_list_stays_one_message(world: World) -> None:
     world.reset()
     now = time.time()
     for i in range(300):
-        world.deps.runs.create(_run(f"{i:04x}" + "e" * 28, now - 100 - i, label="x" * 100))
+        run = _run(f"{i:04x}" + "e" * 28, now - 100 - i, seq=6 + i, label="x" * 100)
+        world.deps.runs.create(run)
     [reply] = world.send("/subagents list", user=OWNER, thread=THREAD)
     check_reply(reply)
     assert "305" in reply  # the total is still told
     [info] = world.send("/subagents info 300", user=OWNER, thread=THREAD)
-    assert info.startswith("**Subagent 300**")
+    assert info.startswith("**Subagent #300**")
 
 
 # -- the pure parts, directly ----------------------------------------------------------------
@@ -502,7 +504,10 @@ def test_resolve_run_answers_every_token(token: str, runs: list[RunRecord]) -> N
         check_reply(found.error)
         assert len(found.error) <= MAX_TOKEN + 400
     else:
-        assert runs[found.number - 1] is found.run
+        assert any(r is found.run for r in runs)
+        number = token.strip().removeprefix("#")
+        if number.isdigit() and number.isascii() and not number.startswith("0"):
+            assert found.run.seq == int(number) or found.run.run_id.startswith(number)
 
 
 @FUZZ
@@ -510,8 +515,8 @@ def test_resolve_run_answers_every_token(token: str, runs: list[RunRecord]) -> N
 def test_render_and_auth_on_any_record(runs: list[RunRecord], now: float, user: str) -> None:
     check_reply(render_list(runs, now=now))
     actor = Actor(platform="slack", user_id=user, admins=[f"slack:{ADMIN}"])
-    for number, run in enumerate(runs, start=1):
-        check_reply(render_info(run, number=number, now=now, transcript_ref="t", archive_at=now))
+    for run in runs:
+        check_reply(render_info(run, now=now, transcript_ref="t", archive_at=now))
         decision = may_control(actor, run)
         assert decision.allowed or decision.reason
 
@@ -555,7 +560,7 @@ messages = st.one_of(
 @given(batch=st.lists(messages, max_size=6), limit=st.integers(0, LOG_MAX), tools=st.booleans())
 def test_render_log_on_any_transcript(batch: list[dict[str, Any]], limit: int, tools: bool) -> None:
     run = seeded_runs(0)[0]
-    text = render_log(run, number=1, messages=batch, limit=limit, tools_only=tools)
+    text = render_log(run, messages=batch, limit=limit, tools_only=tools)
     check_reply(text)
     for message in batch:
         assert len(log_line(message)) <= LOG_BULLET_MAX

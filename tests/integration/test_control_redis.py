@@ -195,9 +195,9 @@ def test_send_to_an_archived_session_is_refused(deps: Deps) -> None:
 
     assert archive_due(deps) == [record.run_id]
     record = deps.runs.get(record.run_id)  # type: ignore[assignment]
-    assert deps.transcripts.current_key(record.session_id, archived_at=record.archived_at).startswith(
-        deps.keys.transcript(record.session_id) + ".deleted."
-    )
+    assert deps.transcripts.current_key(
+        record.session_id, archived_at=record.archived_at
+    ).startswith(deps.keys.transcript(record.session_id) + ".deleted.")
     assert send(deps, record, "more", requester="slack:U1").outcome is SendOutcome.ARCHIVED
     answer = command(deps, "/subagents send 1 more")
     assert "its session is archived" in answer
@@ -209,30 +209,34 @@ def test_commands_refuse_others_and_leave_the_run_untouched(deps: Deps) -> None:
     mine = spawn_run(deps, user="U1", task="mine")
     theirs = spawn_run(deps, user="U2", task="theirs")
 
-    refused = command(deps, "/subagents stop 1", user="U1")  # #1 = newest = theirs
+    # Each run keeps the number its announce shows: mine is #1, theirs #2.
+    refused = command(deps, "/subagents stop 2", user="U1")
     assert refused == (
-        "I can't stop subagent 1 · theirs: Only an admin or the person who started it can "
+        "I can't stop subagent #2 · theirs: Only an admin or the person who started it can "
         "stop this run."
     )
     record = deps.runs.get(theirs.run_id)
     assert record is not None and record.status is RunStatus.QUEUED
     assert not deps.runs.stop_requested(theirs.run_id)
-    assert "I can't send to" in command(deps, "/subagents send 1 hi", user="U1")
+    assert "I can't send to" in command(deps, "/subagents send #2 hi", user="U1")
     assert deps.runs.drain_inbox(theirs.run_id) == []
 
     answer = command(deps, "/subagents stop all", user="U1")
     assert answer == (
-        "⏹️ Stopped 1: #2.\nSkipped 1 started by someone else (#1): only an admin or the "
+        "⏹️ Stopped 1: #1.\nSkipped 1 started by someone else (#2): only an admin or the "
         "person who started a run can stop it."
     )
     assert deps.runs.get(mine.run_id).status is RunStatus.STOPPED  # type: ignore[union-attr]
-    assert command(deps, "/stop", user="UADMIN") == "⏹️ Stopped 1: #1."
+    assert command(deps, "/stop", user="UADMIN") == "⏹️ Stopped 1: #2."
     assert command(deps, "/stop", user="UADMIN") == (
         "Nothing to stop: no subagent is queued or running here."
     )
-    assert command(deps, "/subagents stop 2") == (
-        "Subagent 2 · mine already ended (stopped); nothing to stop."
+    assert command(deps, "/subagents stop 1") == (
+        "Subagent #1 · mine already ended (stopped); nothing to stop."
     )
+    bodies = [a["text"] for a in announces(deps)]
+    assert any(b.startswith('⏹️ Subagent #1 "mine"') for b in bodies), bodies
+    assert any(b.startswith('⏹️ Subagent #2 "theirs"') for b in bodies), bodies
     assert len(announces(deps)) == 2
 
 

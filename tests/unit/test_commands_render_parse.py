@@ -97,23 +97,23 @@ def test_garbage_gets_usage_never_an_exception(text: str, message: str) -> None:
 
 def test_list_has_counts_numbers_and_every_field() -> None:
     runs = [
-        run("aaaa1111bbbb", RunStatus.RUNNING, started_at=NOW - 62, label="Django research"),
-        run("cccc2222dddd", RunStatus.QUEUED, created_at=NOW - 5, task="x " * 100),
-        run("eeee3333ffff", RunStatus.SUCCESS, started_at=NOW - 200, ended_at=NOW - 120),
+        run("aaaa1111bbbb", RunStatus.RUNNING, seq=6, started_at=NOW - 62, label="Django research"),
+        run("cccc2222dddd", RunStatus.QUEUED, seq=5, created_at=NOW - 5, task="x " * 100),
+        run("eeee3333ffff", RunStatus.SUCCESS, seq=4, started_at=NOW - 200, ended_at=NOW - 120),
     ]
     text = render_list(runs, now=NOW)
     lines = text.splitlines()
     assert lines[0] == "**Subagents in this thread** — 2 active · 1 done"
     assert lines[1] == (
-        "1. 🏃 running · Django research · running for 1m02s · `aaaa1111` · "
+        "#6 🏃 running · Django research · running for 1m02s · `aaaa1111` · "
         "`agent:main:subagent:aaaa1111bbbb`"
     )
-    assert lines[2].startswith("2. ⏳ queued · x x x")
+    assert lines[2].startswith("#5 ⏳ queued · x x x")
     name = lines[2].split(" · ")[1]
     assert len(name) == NAME_CHARS and name.endswith("…")
     assert "waiting for 5s" in lines[2]
     assert lines[3].startswith(
-        "3. ✅ success · Find out everything about the thing · took 1m20s, 2m00s ago"
+        "#4 ✅ success · Find out everything about the thing · took 1m20s, 2m00s ago"
     )
 
 
@@ -126,6 +126,7 @@ def test_info_lists_every_field() -> None:
     record = run(
         "aaaa1111bbbb",
         RunStatus.STOPPED,
+        seq=2,
         label="L",
         started_at=NOW - 100,
         ended_at=NOW - 40,
@@ -138,10 +139,10 @@ def test_info_lists_every_field() -> None:
         notes="stopped by alice (console:alice) after 1m00s",
     )
     text = render_info(
-        record, number=2, now=NOW, transcript_ref="fanbot:transcript:sid", archive_at=NOW + 3600
+        record, now=NOW, transcript_ref="fanbot:transcript:sid", archive_at=NOW + 3600
     )
     for needle in (
-        "**Subagent 2** · ⏹️ stopped · L",
+        "**Subagent #2** · ⏹️ stopped · L",
         "• Task: Find out everything about the thing",
         "• Run id: `aaaa1111bbbb`",
         "• Child session: `agent:main:subagent:aaaa1111bbbb`",
@@ -164,13 +165,13 @@ def test_info_lists_every_field() -> None:
 def test_info_of_a_running_and_an_archived_run() -> None:
     active = render_info(
         run("a", RunStatus.RUNNING, started_at=NOW - 10, result="so far"),
-        number=1, now=NOW, transcript_ref="t", archive_at=None,
+        now=NOW, transcript_ref="t", archive_at=None,
     )  # fmt: skip
     assert "• Runtime: 10s so far" in active and "• Progress: so far" in active
     assert "Archive: after it ends" in active and "Outcome" not in active
     archived = render_info(
         run("b", RunStatus.ERROR, ended_at=NOW - 5, archived_at=NOW - 1, notes="boom"),
-        number=1, now=NOW, transcript_ref="t.deleted.1", archive_at=None,
+        now=NOW, transcript_ref="t.deleted.1", archive_at=None,
     )  # fmt: skip
     assert "Archive: archived" in archived and "• Error: boom" in archived
     assert "• Started: —" in archived and "Runtime: not started" in archived
@@ -190,18 +191,14 @@ TRANSCRIPT: list[dict[str, Any]] = [
 
 
 def test_log_shows_the_last_messages() -> None:
-    text = render_log(
-        run("a", RunStatus.SUCCESS), number=1, messages=TRANSCRIPT, limit=2, tools_only=False
-    )
+    text = render_log(run("a", RunStatus.SUCCESS), messages=TRANSCRIPT, limit=2, tools_only=False)
     lines = text.splitlines()
     assert lines[0].endswith("— last 2 of 5 messages")
     assert lines[1:] == ["• **tool**: 6", "• **assistant**: It is '6'. Done."]
 
 
 def test_log_tools_filter_keeps_calls_and_results() -> None:
-    text = render_log(
-        run("a", RunStatus.SUCCESS), number=1, messages=TRANSCRIPT, limit=20, tools_only=True
-    )
+    text = render_log(run("a", RunStatus.SUCCESS), messages=TRANSCRIPT, limit=20, tools_only=True)
     assert text.splitlines()[1:] == [
         '• **assistant**: 🔧 calculate(expression="2*3")',
         "• **tool**: 6",
@@ -210,8 +207,8 @@ def test_log_tools_filter_keeps_calls_and_results() -> None:
 
 
 def test_log_of_an_empty_transcript() -> None:
-    text = render_log(run("a", RunStatus.QUEUED), number=3, messages=[], limit=20, tools_only=False)
-    assert text.endswith("(nothing yet)") and "subagent 3" in text
+    text = render_log(run("a", RunStatus.QUEUED, seq=3), messages=[], limit=20, tools_only=False)
+    assert text.endswith("(nothing yet)") and "subagent #3" in text
 
 
 def test_log_lines_are_bounded() -> None:

@@ -28,46 +28,47 @@ def run(run_id: str, *, child: str = "", requester: str = "slack:U1", **kw: obje
     return RunRecord(**values)  # type: ignore[arg-type]
 
 
-# newest first, as the registry returns them
+# newest first, as the registry returns them; each run keeps its own number (seq), which
+# is not its position in the list
 RUNS = [
-    run("abcd1111ffff"),
-    run("abcd2222ffff"),
-    run("1234eeee0000", child="agent:main:subagent:shared"),
-    run("9999aaaa0000", child="agent:main:subagent:shared"),
+    run("abcd1111ffff", seq=8),
+    run("abcd2222ffff", seq=7),
+    run("1234eeee0000", seq=6, child="agent:main:subagent:shared"),
+    run("9999aaaa0000", seq=5, child="agent:main:subagent:shared"),
 ]
 
 FOUND = [
-    ("last", 0, 1),
-    ("LAST", 0, 1),
-    ("1", 0, 1),
-    ("#1", 0, 1),
-    ("#4", 3, 4),
-    ("4", 3, 4),
-    (" 2 ", 1, 2),
-    ("abcd1", 0, 1),
-    ("ABCD2", 1, 2),
-    ("abcd1111ffff", 0, 1),
-    ("1234e", 2, 3),
-    ("1234", 2, 3),  # out of range as a number, unique as a run-id prefix
-    ("agent:main:subagent:abcd2222ffff-uuid", 1, 2),
-    ("agent:main:subagent:shared", 2, 3),  # a follow-up shares the key: the newest run
+    ("last", 0),
+    ("LAST", 0),
+    ("8", 0),
+    ("#8", 0),
+    ("#5", 3),
+    ("5", 3),
+    (" 7 ", 1),
+    ("abcd1", 0),
+    ("ABCD2", 1),
+    ("abcd1111ffff", 0),
+    ("1234e", 2),
+    ("1234", 2),  # no run has that number; unique as a run-id prefix
+    ("agent:main:subagent:abcd2222ffff-uuid", 1),
+    ("agent:main:subagent:shared", 2),  # a follow-up shares the key: the newest run
 ]
 
 
-@pytest.mark.parametrize(("token", "index", "number"), FOUND)
-def test_every_id_form_finds_its_run(token: str, index: int, number: int) -> None:
+@pytest.mark.parametrize(("token", "index"), FOUND)
+def test_every_id_form_finds_its_run(token: str, index: int) -> None:
     found = resolve_run(token, RUNS)
     assert found.run is RUNS[index]
-    assert found.number == number
     assert found.error == ""
 
 
 NOT_FOUND = [
-    ("0", "There is no run #0 here; the list has 4"),
-    ("#5", "There is no run #5 here; the list has 4"),
+    ("0", "There is no run #0 here"),
+    ("1", "There is no run #1 here"),  # a list position is not a run number
+    ("#9", "There is no run #9 here"),
     ("12", "There is no run #12 here"),
     ("99999", "No run here has an id starting `99999`"),
-    ("abcd", "`abcd` matches 2 runs (#1 `abcd1111ffff`, #2 `abcd2222ffff`)"),
+    ("abcd", "`abcd` matches 2 runs (#8 `abcd1111ffff`, #7 `abcd2222ffff`)"),
     ("abc", "`abc` is too short for a run-id prefix (at least 4 characters)"),
     ("ffff0000", "No run here has an id starting `ffff0000`"),
     ("frobnicate", "`frobnicate` is not a run id I know"),
@@ -86,13 +87,21 @@ def test_unknown_ambiguous_and_out_of_range_ids_get_a_clear_answer(
     assert found.run is None
     assert message in found.error
     if "matches" not in message:
-        assert valid_forms(4) in found.error  # says what is valid
+        assert valid_forms(RUNS) in found.error  # says what is valid
 
 
 def test_valid_forms_names_every_form() -> None:
-    text = valid_forms(3)
-    for form in ("`1`–`3`", "`#1`", "`last`", "run-id prefix", "child session key"):
+    text = valid_forms(RUNS)
+    for form in ("`#5`–`#8`", "status card", "`last`", "run-id prefix", "child session key"):
         assert form in text
+
+
+def test_a_number_two_threads_share_is_ambiguous_in_a_channel_wide_command() -> None:
+    other = ThreadRef(platform="slack", account="T1", chat="C1", thread="2.0")
+    runs = [run("aaaa0000", seq=3), run("bbbb0000", seq=3, thread=other)]
+    found = resolve_run("#3", runs)
+    assert found.run is None
+    assert "#3 names 2 runs" in found.error and "`aaaa0000`" in found.error
 
 
 def test_nothing_resolves_when_there_are_no_runs() -> None:

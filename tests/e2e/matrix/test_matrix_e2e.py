@@ -117,7 +117,7 @@ async def test_threads_restart_mentions_and_commands(
             )
             listing = after[0]  # /relations lists newest first
             assert listing.startswith("**Subagents in this thread** — 0 active · 1 done")
-            assert "1. ✅ success · R" in listing
+            assert "#1 ✅ success · R" in listing
             assert sum("finished" in b for b in after) == 1
             assert after.count("Started.") == 1
             assert len(bodies(await human.thread_events(room, root_b), bot_user.user_id)) == len(

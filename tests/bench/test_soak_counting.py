@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bot.runs.render import render_announce
 from bot.bench.soak_plan import Kind, PlannedRun
 from bot.bench.soak_report import announces, compare
+from bot.runs.render import render_announce
 from bot.testing.fake_telegram import SentMessage
 from bot.types import RunRecord, RunStatus, ThreadRef
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import redis
 
-from bot.store.jobs import Jobs
 from bot.keys import Keys
+from bot.store.jobs import Jobs
 from bot.store.runs import RunsRegistry
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI, RecordedRequest

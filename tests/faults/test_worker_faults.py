@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from bot.store.jobs import Jobs
 from bot.keys import Keys
+from bot.store.jobs import Jobs
 from bot.store.runs import RunsRegistry
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI

@@ -29,15 +29,14 @@ from hypothesis import HealthCheck, event, given
 from hypothesis import strategies as st
 
 from bot.commands import default_router
-from bot.runs.access import Actor, may_control
 from bot.commands.parse import MAX_ARGS_CHARS, parse_command
 from bot.commands.render import LOG_LINE_CHARS, log_line, render_info, render_list, render_log
-from bot.runs.access import MAX_TOKEN, resolve_run
 from bot.commands.router import CommandRequest
 from bot.commands.subagents import LOG_MAX, SUBCOMMANDS, parse_subagents
 from bot.config import Settings
 from bot.deps import Deps
 from bot.gateway.ingress import Ingress
+from bot.runs.access import MAX_TOKEN, Actor, may_control, resolve_run
 from bot.sessions import requester_session_key
 from bot.types import Cleanup, Inbound, RunRecord, RunStatus, Sender, ThreadRef
 from tests.fuzz import fuzz_settings

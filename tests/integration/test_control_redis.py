@@ -24,8 +24,8 @@ from bot.runs.access import scope_runs
 from bot.runs.finalize import finalize_run
 from bot.runs.send import SendOutcome, send
 from bot.runs.stop import resend_hard_stops, stop_run
-from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.sessions import requester_session_key
+from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.types import Inbound, RunRecord, RunStatus, Sender, ThreadRef
 
 THREAD = ThreadRef(platform="slack", account="T1", chat="C1", thread="1.0")

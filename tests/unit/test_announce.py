@@ -1,5 +1,6 @@
 import pytest
 
+from bot.config import Price
 from bot.runs.render import (
     estimate_cost,
     format_duration,
@@ -7,7 +8,6 @@ from bot.runs.render import (
     history_note,
     render_announce,
 )
-from bot.config import Price
 from bot.types import RunRecord, RunStatus, ThreadRef, Usage
 
 

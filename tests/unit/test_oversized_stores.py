@@ -14,8 +14,8 @@ from bot.clip import clip, cut_note
 from bot.commands import default_router
 from bot.config import Settings
 from bot.deps import Deps
-from bot.runs.finalize import finalize_run
 from bot.gateway.ingress import Ingress, Verdict
+from bot.runs.finalize import finalize_run
 from bot.types import Inbound, RunRecord, RunStatus, Sender, ThreadRef
 
 MB = 1_000_000

@@ -4,7 +4,9 @@
 
     FanbotError
     ├── ConfigError          a user's configuration mistake: clear message, exit code 2
+    │   └── DirectoryBusy    a state/data directory is locked by another live process
     ├── RedisUnavailable     the shared state cannot be reached
+    ├── InboundBusy          another delivery of the same platform event is being handled
     ├── DeliveryError        a platform refused or failed a send (retry_after, permanent)
     ├── ToolError            a tool call the model made is invalid; the model sees the text
     │   └── SpawnRejected    sessions_spawn parameters are invalid
@@ -16,6 +18,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class FanbotError(Exception):
     """Root of every error fanbot raises on purpose."""
@@ -25,8 +29,28 @@ class ConfigError(FanbotError):
     """The configuration is invalid; the message names the setting."""
 
 
+class DirectoryBusy(ConfigError):
+    """Another live process holds the directory's lock (:class:`bot.dirlock.DirLock`).
+
+    Args:
+        directory: The locked directory.
+        pid: The holder's process id, when it could be read.
+    """
+
+    def __init__(self, directory: Path, *, pid: int | None) -> None:
+        who = f"pid {pid}" if pid else "another process"
+        super().__init__(f"{directory} is in use by {who}")
+        self.directory = directory
+        self.pid = pid
+
+
 class RedisUnavailable(FanbotError):
     """Redis cannot be reached."""
+
+
+class InboundBusy(FanbotError):
+    """Another delivery of the same platform event is being handled; confirm nothing to the
+    platform and retry this one later."""
 
 
 class DeliveryError(FanbotError):

@@ -29,6 +29,7 @@ key                                                type       what
 ``{p}archive:due``                                 zset       run ids by archive time
 ``{p}stops:pending``                               zset       stopped run ids by hard-stop re-check
 ``{p}lock:reaper``                                 string     one reaper at a time
+``{p}jobs:lost``                                   zset       job ids seen queued in no queue, by first sighting
 =================================================  =========  ================================
 """
 
@@ -121,6 +122,10 @@ class Keys:
     @property
     def reaper_lock(self) -> str:
         return f"{self.prefix}lock:reaper"
+
+    @property
+    def lost_jobs(self) -> str:
+        return f"{self.prefix}jobs:lost"
 
 
 def glob_escape(text: str) -> str:

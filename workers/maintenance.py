@@ -1,4 +1,6 @@
-"""Maintenance: the reaper (dead runs end ``unknown``), hard-stop re-sends and the archiver.
+"""Maintenance: the reaper (dead runs end ``unknown``), the repair of jobs RQ lost (queued
+in no queue, or holding a concurrency slot for nobody: :mod:`workers.repair`), hard-stop
+re-sends and the archiver.
 
 Runs in the worker launcher's main process every couple of seconds, behind a Redis lock so
 several worker hosts do not all do the same sweep. Everything it does is idempotent.
@@ -16,6 +18,7 @@ from bot.deps import Deps
 from bot.runs.finalize import finalize_run
 from bot.runs.stop import resend_hard_stops
 from bot.types import RunRecord, RunStatus
+from workers.repair import repair_jobs
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,7 @@ def sweep(deps: Deps) -> None:
     if not deps.leases.take_maintenance(seconds=interval):
         return
     reap(deps)
+    repair_jobs(deps)
     resend_hard_stops(deps)
     archive_due(deps)
 

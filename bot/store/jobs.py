@@ -9,6 +9,7 @@ rate-limit registries. Jobs are enqueued by dotted name, so ``bot`` never import
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,13 @@ class RunJobSpec:
     description: str
 
 
+def new_turn_job_id(token: str, *, now: float | None = None) -> str:
+    """A turn job id that sorts by creation time (RQ's rate-limit lane scores whole seconds
+    and breaks ties by id, so this keeps a session's turns in order)."""
+    ms = int((time.time() if now is None else now) * 1000)
+    return f"turn-{ms:013d}-{token[:12]}"
+
+
 def turn_lane(session_key: str) -> str:
     """The ``RateLimit`` key that keeps one turn at a time per session."""
     return f"turn:{session_key}"
@@ -86,11 +94,12 @@ class Jobs:
     def queue(self, name: str) -> Queue:
         return Queue(name, connection=self.redis, serializer=JSONSerializer)
 
-    def enqueue_turn(self, job: TurnJob, *, timeout: int) -> str:
+    def enqueue_turn(self, job: TurnJob, *, job_id: str, timeout: int) -> str:
         """Queue a main-agent turn behind the session's earlier ones; returns the job id."""
         enqueued = self.queue(TURNS_QUEUE).enqueue(
             TURN_JOB,
             job.model_dump(mode="json"),
+            job_id=job_id,
             rate_limit=RateLimit(turn_lane(job.session_key), 1),
             job_timeout=timeout,
             result_ttl=RESULT_TTL,
@@ -112,6 +121,9 @@ class Jobs:
             failure_ttl=FAILURE_TTL,
             description=spec.description,
         )
+
+    def exists(self, job_id: str) -> bool:
+        return bool(Job.exists(job_id, connection=self.redis))
 
     def fetch(self, job_id: str) -> Job | None:
         try:
@@ -178,6 +190,12 @@ class Jobs:
         RateLimitRegistry(SUBAGENT_SLOT_KEY, connection=self.redis).acquire_and_enqueue(
             max_concurrent
         )
+
+    def subagent_line(self) -> list[str]:
+        """Job ids of the runs waiting to start, in the order they will start: those on the
+        ``subagents`` queue (waiting for a free worker), then those waiting for a slot."""
+        waiting = RateLimitRegistry(SUBAGENT_SLOT_KEY, connection=self.redis)
+        return [*self.queue(SUBAGENTS_QUEUE).job_ids, *waiting.get_rate_limited_job_ids()]
 
     def turns_in_flight(self, session_key: str) -> int:
         """Turns of ``session_key`` executing or waiting for their lane."""

@@ -1,0 +1,39 @@
+"""Jobs RQ lost: when each was first seen lost, so a sweep on any host can tell how long."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import cast
+
+from redis import Redis
+from rq.utils import as_text
+
+from bot.keys import Keys
+
+
+class LostJobs:
+    """Owner of ``jobs:lost``: when each lost job was first seen, across sweeps and hosts.
+
+    Args:
+        redis: Sync client.
+        keys: Key builder.
+    """
+
+    def __init__(self, *, redis: Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.key = keys.lost_jobs
+
+    def since(self) -> dict[str, float]:
+        """Job id -> first sighting."""
+        pairs = cast(
+            "list[tuple[bytes, float]]", self.redis.zrange(self.key, 0, -1, withscores=True)
+        )
+        return {as_text(member): float(score) for member, score in pairs}
+
+    def remember(self, first_seen: Mapping[str, float]) -> None:
+        """Replace the record with the jobs still lost (the rest were found or repaired)."""
+        with self.redis.pipeline() as pipe:
+            pipe.delete(self.key)
+            if first_seen:
+                pipe.zadd(self.key, dict(first_seen))
+            pipe.execute()

@@ -1,19 +1,28 @@
-"""The ``fanbot`` command line (typer). A configuration mistake exits 2 with a clear message."""
+"""The ``fanbot`` command line (typer).
+
+A start-up mistake (configuration, Redis unreachable) is one line on stderr and exit code 2,
+never a traceback: ``fanbot <command>: <what is wrong, naming the setting>``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import importlib
+import importlib.metadata
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from bot.config import Settings, load_settings
-from bot.errors import ConfigError, FanbotError
+from bot.errors import ConfigError, FanbotError, RedisUnavailable
+
+if TYPE_CHECKING:
+    from bot.ports import ChannelAdapter
 
 app = typer.Typer(
     name="fanbot",
@@ -22,16 +31,30 @@ app = typer.Typer(
     add_completion=False,
 )
 
+STARTUP_ERRORS = (ConfigError, RedisUnavailable)
+"""Mistakes an operator fixes before starting again: one line, exit code 2."""
 
-def _settings() -> Settings:
+
+def _fail(command: str, exc: BaseException | str) -> NoReturn:
+    typer.echo(f"fanbot {command}: {' '.join(str(exc).split())}", err=True)
+    raise typer.Exit(2)
+
+
+@contextlib.contextmanager
+def startup(command: str) -> Iterator[None]:
+    """Turn a start-up error raised inside into its one line and exit code 2."""
     try:
+        yield
+    except STARTUP_ERRORS as exc:
+        _fail(command, exc)
+
+
+def _settings(command: str) -> Settings:
+    with startup(command):
         return load_settings()
-    except ConfigError as exc:
-        typer.echo(f"fanbot: {exc}", err=True)
-        raise typer.Exit(2) from None
 
 
-def _log_to(settings: Settings, path: Path | None) -> None:
+def _log_to(command: str, settings: Settings, path: Path | None) -> None:
     from bot import failpoints
     from bot.logs import configure
 
@@ -39,8 +62,27 @@ def _log_to(settings: Settings, path: Path | None) -> None:
     try:
         failpoints.load()
     except ValueError as exc:
-        typer.echo(f"fanbot: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _fail(command, exc)
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = importlib.metadata.version("fanbot")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        typer.echo(f"fanbot {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """A thread-native chat bot that fans out subagents on RQ workers."""
 
 
 @app.command()
@@ -52,63 +94,80 @@ def console(
 ) -> None:
     """Run everything locally: private Redis, workers, and a terminal chat."""
     from bot.console_app import run_console
+    from bot.preflight import require_redis
 
-    settings = _settings()
-    _log_to(settings, settings.state_dir / "console.log")
+    settings = _settings("console")
+    _log_to("console", settings, settings.state_dir / "console.log")
+    if external_redis:
+        with startup("console"):
+            require_redis(settings.redis_url)
     # A shell may start us with SIGINT ignored; Ctrl-C must still shut everything down.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         code = asyncio.run(run_console(settings, workers=workers, external_redis=external_redis))
     except KeyboardInterrupt:
         code = 130
+    except STARTUP_ERRORS as exc:
+        _fail("console", exc)
     except FanbotError as exc:
         typer.echo(f"fanbot console: {exc}", err=True)
-        code = 2 if isinstance(exc, ConfigError) else 1
+        code = 1
     raise typer.Exit(code)
+
+
+NO_PLATFORM = (
+    "no platform configured (set e.g. FANBOT_SLACK__BOT_TOKEN, FANBOT_TELEGRAM__BOT_TOKEN or "
+    "FANBOT_MATRIX__HOMESERVER/USER_ID/PASSWORD); try `fanbot console` for a local chat"
+)
 
 
 @app.command()
 def gateway() -> None:
     """Serve every platform whose credentials are configured (no LLM work here)."""
-    from bot.gateway.runtime import Gateway
+    from bot.preflight import require_redis
     from bot.wiring import build_adapters
 
-    settings = _settings()
-    _log_to(settings, None)
-    adapters = build_adapters(settings)
-    if not adapters:
-        typer.echo(
-            "fanbot gateway: no platform configured (set e.g. FANBOT_SLACK__BOT_TOKEN, "
-            "FANBOT_TELEGRAM__BOT_TOKEN or FANBOT_MATRIX__HOMESERVER/USER_ID/PASSWORD); "
-            "try `fanbot console` for a local chat",
-            err=True,
-        )
-        raise typer.Exit(2)
-
-    async def serve() -> None:
-        gw = Gateway(settings=settings, adapters=adapters)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await gw.start()
-        try:
-            await stop.wait()
-        finally:
-            await gw.stop()
-
-    asyncio.run(serve())
+    settings = _settings("gateway")
+    _log_to("gateway", settings, None)
+    with startup("gateway"):
+        adapters = build_adapters(settings)
+        if not adapters:
+            raise ConfigError(NO_PLATFORM)
+        require_redis(settings.redis_url)
+        asyncio.run(_serve(settings, adapters))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def worker(ctx: typer.Context) -> None:
-    """Run RQ workers on the turns and subagents queues (see `fanbot worker --help`)."""
-    launcher = importlib.import_module("workers.launcher")
+async def _serve(settings: Settings, adapters: list[ChannelAdapter]) -> None:
+    """Run the gateway until SIGTERM/SIGINT."""
+    import redis
+
+    from bot.gateway.runtime import Gateway
+    from bot.preflight import redis_unreachable
+
+    gw = Gateway(settings=settings, adapters=adapters)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        raise typer.Exit(launcher.main(ctx.args))
-    except ConfigError as exc:
-        typer.echo(f"fanbot worker: {exc}", err=True)
-        raise typer.Exit(2) from None
+        await gw.start()
+        await stop.wait()
+    except redis.ConnectionError as exc:  # Redis went away between the check and the start
+        raise RedisUnavailable(redis_unreachable(settings.redis_url, exc)) from None
+    finally:
+        await gw.stop()
+
+
+@app.command(
+    add_help_option=False,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def worker(ctx: typer.Context) -> None:
+    """Run RQ workers on the turns and subagents queues (`fanbot worker --help` for options)."""
+    launcher = importlib.import_module("workers.launcher")
+    with startup("worker"):
+        code = launcher.main(ctx.args)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -124,14 +183,14 @@ def doctor(
     """Check configuration, Redis, the model endpoint and each configured platform."""
     from bot.doctor import replay, run_checks
 
-    settings = _settings()
+    settings = _settings("doctor")
     if replay_dead_letters:
         code, text = replay(settings)
         typer.echo(text, err=code != 0)
         raise typer.Exit(code)
     checks = run_checks(settings)
     for check in checks:
-        typer.echo(f"{'ok ' if check.ok else 'BAD'}  {check.name}: {check.detail}")
+        typer.echo(f"{check.mark:<4} {check.name}: {check.detail}")  # "ok   name: …"
     raise typer.Exit(0 if all(c.ok for c in checks) else 1)
 
 

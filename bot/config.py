@@ -1,8 +1,14 @@
 """Settings, from the environment (``FANBOT_`` prefix, ``__`` nesting) and an optional TOML file.
 
-The TOML file is ``$FANBOT_CONFIG`` or ``./fanbot.toml``. Secrets (tokens, passwords, keys)
-are only read from the environment; a secret found in the file is a configuration error.
-``OPENAI_API_KEY`` and ``OPENAI_BASE_URL`` are honoured when the ``FANBOT_`` names are unset.
+The TOML file is ``$FANBOT_CONFIG`` or ``./fanbot.toml``. A missing ``./fanbot.toml`` is
+fine; a ``FANBOT_CONFIG`` naming a file that does not exist is a configuration error
+(``FANBOT_CONFIG=/dev/null`` or empty reads no file). Secrets (tokens, passwords, keys)
+are only read from the environment; a secret found in the file is a configuration error,
+and so is a key no setting has (at any nesting level, with a "did you mean"), in the file
+or in a nested ``FANBOT_`` variable. ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL`` are
+honoured when the ``FANBOT_`` names are unset.
+
+Every :class:`~bot.errors.ConfigError` raised here is one line naming the setting.
 """
 
 from __future__ import annotations
@@ -13,7 +19,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -22,6 +36,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from bot.config_check import closest, model_at, redis_url_problem, type_fields, unknown_keys
 from bot.errors import ConfigError
 
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high")
@@ -31,7 +46,13 @@ SECRET_NAMES = frozenset(
 )
 
 
-class OpenAISettings(BaseModel):
+class _Section(BaseModel):
+    """A settings section: a key it does not have is a mistake, not something to ignore."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class OpenAISettings(_Section):
     base_url: str | None = None
     api_key: SecretStr | None = None
     model: str = "gpt-4o-mini"
@@ -53,14 +74,14 @@ class OpenAISettings(BaseModel):
         return bool(self.base_url or self.api_key)
 
 
-class Price(BaseModel):
+class Price(_Section):
     """USD per one million tokens."""
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
 
 
-class SubagentSettings(BaseModel):
+class SubagentSettings(_Section):
     max_concurrent: int = Field(8, ge=1, le=1000)
     model: str | None = None
     thinking: str | None = None
@@ -89,7 +110,7 @@ class SubagentSettings(BaseModel):
         return value
 
 
-class SubagentType(BaseModel):
+class SubagentType(_Section):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     system_prompt: str = ""
@@ -97,14 +118,14 @@ class SubagentType(BaseModel):
     model: str | None = None
 
 
-class AgentSettings(BaseModel):
+class AgentSettings(_Section):
     system_prompt: str = ""
     model: str | None = None
     subagent_model: str | None = None
     subagent_thinking: str | None = None
 
 
-class ToolPolicy(BaseModel):
+class ToolPolicy(_Section):
     allow: list[str] = Field(default_factory=list, description="Empty means every tool.")
     deny: list[str] = Field(default_factory=list)
     extra: list[str] = Field(
@@ -112,12 +133,12 @@ class ToolPolicy(BaseModel):
     )
 
 
-class HistorySettings(BaseModel):
+class HistorySettings(_Section):
     max_messages: int = Field(60, ge=2, le=10_000)
     max_message_chars: int = Field(16_000, ge=100)
 
 
-class GatewaySettings(BaseModel):
+class GatewaySettings(_Section):
     http_host: str = "127.0.0.1"
     http_port: int = Field(8080, ge=0, le=65535)
     progress_edit_seconds: float = Field(3.0, ge=0)
@@ -146,7 +167,7 @@ class GatewaySettings(BaseModel):
     require_mention: bool = True
 
 
-class PlatformAccess(BaseModel):
+class PlatformAccess(_Section):
     allow_users: list[str] = Field(default_factory=list, description="Empty means everyone.")
     allow_chats: list[str] = Field(default_factory=list, description="Empty means every chat.")
     continue_threads: bool = Field(
@@ -260,6 +281,14 @@ class Settings(BaseSettings):
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     matrix: MatrixSettings = Field(default_factory=MatrixSettings)
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        problem = redis_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     @field_validator("admins")
     @classmethod
     def _admins(cls, value: list[str]) -> list[str]:
@@ -293,8 +322,10 @@ def _default_state_dir() -> Path:
     return Path(base) / "fanbot"
 
 
-def config_path() -> Path:
-    return Path(os.environ.get("FANBOT_CONFIG", "fanbot.toml"))
+def config_path() -> Path | None:
+    """The TOML file to read: ``$FANBOT_CONFIG`` (empty: none) or ``./fanbot.toml``."""
+    named = os.environ.get("FANBOT_CONFIG", "fanbot.toml")
+    return Path(named).expanduser() if named else None
 
 
 def _secrets_in(data: Any, path: str = "") -> list[str]:
@@ -313,27 +344,114 @@ def _env_name(loc: tuple[int | str, ...]) -> str:
     return "FANBOT_" + "__".join(str(part).upper() for part in loc)
 
 
+def read_config_file() -> tuple[Path | None, dict[str, Any]]:
+    """The TOML file's path and contents, checked; ``(None, {})`` when there is none.
+
+    Raises:
+        ConfigError: ``FANBOT_CONFIG`` names a missing file; the file cannot be read or
+            parsed; it sets a secret or a key no setting has.
+    """
+    path = config_path()
+    if path is None or (not path.exists() and "FANBOT_CONFIG" not in os.environ):
+        return None, {}
+    if not path.exists():
+        raise ConfigError(f"FANBOT_CONFIG names {path}, which does not exist")
+    if not path.is_file():  # /dev/null: explicitly no file
+        return None, {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {_one_line(str(exc))}") from exc
+    if secrets := _secrets_in(data):
+        raise ConfigError(
+            f"{path} sets secrets ({', '.join(secrets)}); put them in the environment"
+        )
+    if unknown := unknown_keys(data, Settings):
+        raise ConfigError(f"{path}: unknown key(s) {'; '.join(unknown)}")
+    return path, data
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate settings; raise :class:`ConfigError` naming each bad setting."""
-    path = config_path()
-    if path.is_file():
-        try:
-            secrets = _secrets_in(tomllib.loads(path.read_text()))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
-        if secrets:
-            raise ConfigError(
-                f"{path} sets secrets ({', '.join(secrets)}); put them in the environment"
-            )
+    path, data = read_config_file()
     try:
         settings = Settings(**overrides)
     except SettingsError as exc:  # e.g. a complex value that is not valid JSON
-        raise ConfigError(f"invalid configuration: {exc}") from None
+        raise ConfigError(f"invalid configuration: {_settings_error(exc)}") from None
     except ValidationError as exc:
-        lines = [f"{_env_name(err['loc'])}: {err['msg']}" for err in exc.errors()]
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+        problems = [_describe(err, path, data) for err in exc.errors()]
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
     _apply_openai_env(settings)
+    if problems := platform_problems(settings):
+        raise ConfigError("; ".join(problems))
     return settings
+
+
+def _describe(err: Any, path: Path | None, data: dict[str, Any]) -> str:
+    """One validation error as ``<where>: <what>``: the TOML key when the file set it, else
+    the environment variable; an unknown key gets a "did you mean"."""
+    loc: tuple[int | str, ...] = tuple(err["loc"])
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        section = model_at(Settings, loc)
+        near = closest(str(loc[-1]), type_fields(section)) if section is not None else None
+        hint = f" (did you mean {_env_name((*loc[:-1], near))}?)" if near else ""
+        return f"{_env_name(loc)} is not a setting{hint}"
+    if path is not None and _env_name(loc) not in os.environ and _in(data, loc):
+        return f"{'.'.join(map(str, loc))} in {path}: {message}"
+    return f"{_env_name(loc)}: {message}"
+
+
+def _settings_error(exc: SettingsError) -> str:
+    """pydantic-settings' "error parsing value for field ..." said with the variable's name."""
+    found = re.search(r'field "(\w+)" from source "EnvSettingsSource"', str(exc))
+    if found is None:
+        return _one_line(str(exc))
+    name = _env_name((found[1],))
+    return (
+        f"{name} (or a {name}__… variable) is not valid JSON; list and table settings take "
+        """JSON in the environment, e.g. FANBOT_ADMINS='["slack:U123"]'"""
+    )
+
+
+def _in(data: Any, loc: tuple[int | str, ...]) -> bool:
+    """Whether the parsed TOML ``data`` has a value at ``loc``."""
+    for part in loc:
+        in_table = isinstance(data, dict) and part in data
+        in_array = isinstance(data, list) and isinstance(part, int) and part < len(data)
+        if not (in_table or in_array):
+            return False
+        data = data[part]
+    return True
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def platform_problems(settings: Settings) -> list[str]:
+    """Platform credentials that are set but cannot work: a Slack bot token without the
+    app token (Socket Mode) or the signing secret (HTTP mode), or the other way round."""
+    s = settings.slack
+    if s.bot_token is None:
+        given = [n for n in ("app_token", "signing_secret") if getattr(s, n) is not None]
+        if given:
+            names = " and ".join(_env_name(("slack", n)) for n in given)
+            verb = "is" if len(given) == 1 else "are"
+            return [f"{names} {verb} set but FANBOT_SLACK__BOT_TOKEN is not; Slack needs both"]
+        return []
+    if s.mode == "socket" and s.app_token is None:
+        return [
+            "FANBOT_SLACK__BOT_TOKEN is set but FANBOT_SLACK__APP_TOKEN (xapp-…) is not: "
+            "Socket Mode needs both (or set FANBOT_SLACK__MODE=http and "
+            "FANBOT_SLACK__SIGNING_SECRET)"
+        ]
+    if s.mode == "http" and s.signing_secret is None:
+        return [
+            "FANBOT_SLACK__BOT_TOKEN is set but FANBOT_SLACK__SIGNING_SECRET is not: "
+            "HTTP mode needs both"
+        ]
+    return []
 
 
 def _apply_openai_env(settings: Settings) -> None:

@@ -1,7 +1,20 @@
 """``fanbot console``: private Redis, workers, gateway and a terminal chat in one command.
 
-With no model endpoint configured it serves the offline demo model from
-:mod:`bot.testing` on a loopback port and says so in a banner.
+With no model endpoint configured it serves the offline demo model (:mod:`bot.demo`) on a
+loopback port and says so in a banner. ``FANBOT_DEMO_SUBAGENT_DELAY`` (seconds) sets how
+long each demo subagent takes, to watch the live area or try Ctrl-C on runs in flight.
+
+One console per state directory: it is locked (``console.lock``) for the console's life;
+a second console on the same directory is refused (exit 2) rather than sharing, or worse
+shutting down, the first one's Redis.
+
+Quitting:
+
+* **Ctrl-D** (end of input) waits for the turns and runs in flight, then exits 0.
+* **Ctrl-C** (or SIGTERM) stops them: every unfinished run ends ``stopped`` with its
+  partial result and announces it here, the turn being answered is hard-stopped, then the
+  workers shut down, the gateway delivers what is left, and Redis stops last. A second
+  Ctrl-C forces: whatever still runs is killed. Exit 130 either way.
 """
 
 from __future__ import annotations
@@ -10,21 +23,26 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
-import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from adapters.console.channel import ConsoleChannel
-from adapters.console.convert import thread_ref
+from adapters.console.convert import LiveRun, LiveView, thread_ref
 from bot.config import Settings
+from bot.console_procs import Interrupts, WorkerGroup
+from bot.console_runs import InFlight, in_flight, stop_in_flight, stopping_line, waiting_line
+from bot.demo import ChatServer, demo_model
+from bot.dirlock import DirLock
+from bot.errors import ConfigError, DirectoryBusy
 from bot.gateway.runtime import Gateway
 from bot.redis_server import RedisServer
+from bot.runs.render import title
 from bot.sessions import requester_session_key
-from bot.testing.fake_openai import FakeOpenAI
-from bot.testing.scripted import demo_model
+from bot.types import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -32,77 +50,57 @@ OFFLINE_BANNER = (
     "⚠ No model endpoint configured (FANBOT_OPENAI__BASE_URL / OPENAI_API_KEY): using the "
     "OFFLINE SCRIPTED DEMO MODEL. Answers are canned; fan-out, progress and announces are real."
 )
+WELCOME = "fanbot console — type a message; Ctrl-D to finish, Ctrl-C to quit."
+DEMO_DELAY_ENV = "FANBOT_DEMO_SUBAGENT_DELAY"
+WORKERS_GRACE = 1.5
+"""Seconds the workers get to exit after Ctrl-C before they are killed."""
+DELIVERY_GRACE = 1.5
+"""Seconds the gateway gets to print the announces of the runs Ctrl-C stopped."""
+LIVE_EVERY = 0.5
 
 
-def start_workers(env: dict[str, str], count: int, log_path: Path) -> subprocess.Popen[bytes]:
-    log_file = log_path.open("ab")
+def busy_message(state: Path, pid: int | None) -> str:
+    who = f" (pid {pid})" if pid else ""
+    return (
+        f"Another fanbot console is using {state}{who}; "
+        f"use FANBOT_STATE_DIR={state}-2 for a second one."
+    )
+
+
+def demo_delay(environ: Mapping[str, str]) -> float | None:
+    """``FANBOT_DEMO_SUBAGENT_DELAY`` in seconds, if set; a bad value is a config error."""
+    raw = environ.get(DEMO_DELAY_ENV, "").strip()
+    if not raw:
+        return None
     try:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "workers",
-                "--count",
-                str(count),
-                "--parent-pid",
-                str(os.getpid()),
-            ],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C reaches the console only; it shuts workers down
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise ConfigError(f"{DEMO_DELAY_ENV} must be a number of seconds (0-3600), not {raw!r}")
+    return value
+
+
+def live_view(
+    snapshot: InFlight, *, thread_of: Mapping[str, str], status_ids: Mapping[str, str]
+) -> LiveView:
+    """The live area for ``snapshot`` (pure): ``thread_of`` maps session keys to console
+    threads, ``status_ids`` run ids to their status message ids."""
+    line = {job_id: i for i, job_id in enumerate(snapshot.line, start=1)}
+
+    def live(r: RunRecord) -> LiveRun:
+        running = r.status is RunStatus.RUNNING
+        return LiveRun(
+            thread=thread_of.get(snapshot.roots.get(r.run_id, ""), ""),
+            title=title(r),
+            running=running,
+            since=(r.started_at or r.created_at) if running else r.created_at,
+            position=line.get(r.job_id),
+            status_id=status_ids.get(r.run_id),
         )
-    finally:
-        log_file.close()
 
-
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    """SIGTERM the process group (launcher and its workers), SIGKILL it after ``timeout``."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        log.warning("workers did not stop within %.0fs; killing them", timeout)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-async def wait_idle(
-    gateway: Gateway, channel: ConsoleChannel, settings: Settings, limit: float
-) -> bool:
-    """Wait until every turn and run started from the console has been delivered."""
-    deadline = time.monotonic() + limit
-    quiet = 0
-    while time.monotonic() < deadline:
-        keys = [
-            requester_session_key(agent_id=settings.agent_id, thread=thread_ref(t))
-            for t in channel.threads
-        ]
-        pending = sum([await gateway.pending_work(k) for k in keys])
-        quiet = quiet + 1 if pending == 0 else 0
-        if quiet >= 3:
-            return True
-        await asyncio.sleep(0.2)
-    return False
-
-
-async def _interrupted_before(done: asyncio.Event) -> bool:
-    """Wait for ``done`` or SIGTERM (SIGINT arrives as KeyboardInterrupt via asyncio.run)."""
-    loop = asyncio.get_running_loop()
-    interrupted = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, interrupted.set)
-    waiters = [asyncio.create_task(done.wait()), asyncio.create_task(interrupted.wait())]
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in waiters:
-            task.cancel()
-        loop.remove_signal_handler(signal.SIGTERM)
-    return interrupted.is_set()
+    thinking = frozenset(thread_of[k] for k in snapshot.turns if k in thread_of)
+    return LiveView(runs=tuple(live(r) for r in snapshot.runs), thinking=thinking)
 
 
 async def run_console(
@@ -113,49 +111,234 @@ async def run_console(
     stdout: TextIO | None = None,
     external_redis: bool = False,
 ) -> int:
-    """Run the whole product locally until end of input (or Ctrl-C)."""
-    out = stdout or sys.stdout
-    state = settings.state_dir
-    state.mkdir(parents=True, exist_ok=True)
-    redis_server = None if external_redis else RedisServer(data_dir=state / "redis").start()
-    fake: FakeOpenAI | None = None
-    worker_proc: subprocess.Popen[bytes] | None = None
-    gateway: Gateway | None = None
+    """Run the whole product locally until end of input (or Ctrl-C); the exit code."""
+    lock = DirLock(settings.state_dir / "console.lock")
     try:
+        lock.acquire()
+    except DirectoryBusy as exc:
+        print(busy_message(settings.state_dir, exc.pid), file=sys.stderr, flush=True)
+        return 2
+    app = Console(settings, workers=workers, stdin=stdin, stdout=stdout)
+    try:
+        return await app.run(external_redis=external_redis)
+    finally:
+        lock.release()
+
+
+@dataclass
+class _Parts:
+    redis: RedisServer | None = None
+    demo: ChatServer | None = None
+    workers: WorkerGroup | None = None
+    gateway: Gateway | None = None
+    live: asyncio.Task[None] | None = None
+
+
+class Console:
+    """One console session: starts the parts, chats, and takes them down in order."""
+
+    def __init__(
+        self, settings: Settings, *, workers: int, stdin: TextIO | None, stdout: TextIO | None
+    ) -> None:
+        self.settings = settings
+        self.worker_count = workers
+        self.interrupts = Interrupts(on_press=self._pressed)
+        self.parts = _Parts()
+        self._stopping_since: float | None = None
+        self.channel = ConsoleChannel(
+            stdin=stdin,
+            stdout=stdout,
+            history=settings.state_dir / "console_history",
+            on_interrupt=self.interrupts.press,
+        )
+
+    async def run(self, *, external_redis: bool) -> int:
+        self.interrupts.install()
+        try:
+            await self._start(external_redis=external_redis)
+            if not self.interrupts.first.is_set():
+                await _first_of(self.channel.eof, self.interrupts.first)
+            if not self.interrupts.first.is_set():
+                code = await self._finish()
+                if code is not None:
+                    return code
+            await self._stop_in_flight()
+            return 130
+        finally:
+            await self._close()
+            self.interrupts.remove()
+            await self._say_stopped()
+
+    # -- start -----------------------------------------------------------------------------
+
+    async def _start(self, *, external_redis: bool) -> None:
+        settings, parts = self.settings, self.parts
+        state = settings.state_dir
+        state.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         update: dict[str, object] = {}
-        if redis_server is not None:
-            env["FANBOT_REDIS_URL"] = update["redis_url"] = redis_server.url
+        if not external_redis:
+            parts.redis = await asyncio.to_thread(RedisServer(data_dir=state / "redis").start)
+            env["FANBOT_REDIS_URL"] = update["redis_url"] = parts.redis.url
         if not settings.openai.configured:
-            fake = await FakeOpenAI(demo_model(), models=[settings.openai.model]).start()
-            env["FANBOT_OPENAI__BASE_URL"] = fake.base_url
-            settings.openai.base_url = fake.base_url
-            print(OFFLINE_BANNER, file=out, flush=True)
-        settings = settings.model_copy(update=update)
-        worker_proc = start_workers(env, workers, state / "workers.log")
-        channel = ConsoleChannel(stdin=stdin, stdout=out)
-        gateway = Gateway(settings=settings, adapters=[channel])
-        await gateway.start()
-        print(
-            "fanbot console — type a message; Ctrl-D to finish, Ctrl-C to quit.",
-            file=out,
-            flush=True,
+            parts.demo = await self._start_demo(env)
+        self.settings = settings = settings.model_copy(update=update)
+        parts.workers = WorkerGroup.start(
+            env, count=self.worker_count, log_path=state / "workers.log"
         )
-        if await _interrupted_before(channel.eof):
-            print("(interrupted; shutting down)", file=out, flush=True)
-            return 130
-        limit = settings.subagents.run_timeout_seconds + settings.turn_timeout_seconds
-        if not await wait_idle(gateway, channel, settings, limit):
-            print("(gave up waiting for unfinished runs)", file=out, flush=True)
+        parts.gateway = Gateway(settings=settings, adapters=[self.channel])
+        await parts.gateway.start()
+        await self.channel.say(WELCOME, style="bold")
+        if self.channel.interactive:
+            parts.live = asyncio.create_task(self._live(parts.gateway), name="console-live")
+
+    async def _start_demo(self, env: dict[str, str]) -> ChatServer:
+        delay = demo_delay(os.environ)
+        model = demo_model() if delay is None else demo_model(subagent_delay=delay)
+        demo = await ChatServer(model, models=[self.settings.openai.model]).start()
+        env["FANBOT_OPENAI__BASE_URL"] = demo.base_url
+        self.settings.openai.base_url = demo.base_url
+        await self.channel.say(OFFLINE_BANNER, style="yellow")
+        return demo
+
+    # -- while chatting --------------------------------------------------------------------
+
+    def _sessions(self) -> dict[str, str]:
+        """Session key -> console thread name, for every thread typed in so far."""
+        agent = self.settings.agent_id
+        return {
+            requester_session_key(agent_id=agent, thread=thread_ref(t)): t
+            for t in self.channel.threads
+        }
+
+    async def _snapshot(self, gateway: Gateway) -> InFlight:
+        return await asyncio.to_thread(in_flight, gateway.deps, self._sessions())
+
+    async def _live(self, gateway: Gateway) -> None:
+        """Feed the live area: what runs, what waits and where, every half second."""
+        store = gateway.progress.store
+        while True:
+            try:
+                snapshot = await self._snapshot(gateway)
+                ids = {r.run_id: await store.status_message(r.run_id) for r in snapshot.runs}
+                status_ids = {run_id: i for run_id, i in ids.items() if i}
+                view = live_view(snapshot, thread_of=self._sessions(), status_ids=status_ids)
+                self.channel.show_live(view)
+            except Exception:  # a Redis hiccup: the live area shows the last view a while
+                log.debug("console live area: refresh failed", exc_info=True)
+            await asyncio.sleep(LIVE_EVERY)
+
+    # -- end of input: wait --------------------------------------------------------------
+
+    async def _finish(self) -> int | None:
+        """Wait for what is in flight; the exit code, or None when Ctrl-C cut it short."""
+        assert self.parts.gateway is not None
+        snapshot = await self._snapshot(self.parts.gateway)
+        line = waiting_line(snapshot)
+        if line and self.channel.interactive:
+            await self.channel.say(line)
+        limit = self.settings.subagents.run_timeout_seconds + self.settings.turn_timeout_seconds
+        idle = asyncio.create_task(self._wait_idle(limit))
+        await _first_of(idle, self.interrupts.first)
+        if self.interrupts.first.is_set():
+            idle.cancel()
+            return None
+        if not idle.result():
+            await self.channel.say("(gave up waiting for unfinished runs)")
             return 1
         return 0
-    finally:
-        if gateway is not None:
-            await gateway.stop()
-        if worker_proc is not None:
-            await asyncio.to_thread(stop_process, worker_proc)
-        if fake is not None:
-            await fake.aclose()
-        if redis_server is not None:
+
+    async def _wait_idle(self, limit: float) -> bool:
+        """Wait until every turn and run started here has been delivered."""
+        gateway = self.parts.gateway
+        assert gateway is not None
+        deadline = time.monotonic() + limit
+        quiet = 0
+        while time.monotonic() < deadline:
+            pending = sum([await gateway.pending_work(k) for k in self._sessions()])
+            quiet = quiet + 1 if pending == 0 else 0
+            if quiet >= 3:
+                return True
+            await asyncio.sleep(0.2)
+        return False
+
+    # -- Ctrl-C: stop ----------------------------------------------------------------------
+
+    def _pressed(self, presses: int) -> None:
+        if presses == 1:
+            self._stopping_since = time.monotonic()
+        if presses == 2:
+            log.warning("second Ctrl-C: forcing the shutdown")
+            asyncio.get_running_loop().create_task(
+                self.channel.say("Forcing: killing whatever still runs.")
+            )
+
+    async def _stop_in_flight(self) -> None:
+        """Say what Ctrl-C stops, stop it, and let the workers exit and the announces of
+        the stopped runs print, within the graces (a second Ctrl-C cuts them short)."""
+        gateway, workers = self.parts.gateway, self.parts.workers
+        if gateway is None or workers is None:
+            return
+        snapshot = await self._snapshot(gateway)
+        await self.channel.say(stopping_line(snapshot))
+        await asyncio.to_thread(stop_in_flight, gateway.deps, snapshot, by=self.interrupts.cause)
+        force = self.interrupts.second
+        clean, delivered = await asyncio.gather(
+            workers.stop(grace=WORKERS_GRACE, force=force),
+            _until(gateway.egress.drained, DELIVERY_GRACE, force),
+        )
+        took = time.monotonic() - (self._stopping_since or 0.0)
+        log.info("Ctrl-C: workers down (%s), announces delivered: %s, after %.2fs",
+                 "cleanly" if clean else "killed", delivered, took)  # fmt: skip
+
+    async def _close(self) -> None:
+        """Take the parts down in order: nothing writes to Redis once it stops."""
+        parts = self.parts
+        if parts.live is not None:
+            parts.live.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await parts.live
+        if parts.workers is not None:
+            await parts.workers.stop(grace=WORKERS_GRACE, force=self.interrupts.second)
+        if parts.gateway is not None:
+            await parts.gateway.stop()
+        if parts.demo is not None:
+            await parts.demo.aclose()
+        if parts.redis is not None:
             with contextlib.suppress(Exception):
-                redis_server.stop()
+                await asyncio.to_thread(parts.redis.stop)
+        log.info("console closed")
+
+    async def _say_stopped(self) -> None:
+        if self._stopping_since is None:
+            return
+        took = time.monotonic() - self._stopping_since
+        how = "Forced to stop" if self.interrupts.second.is_set() else "Stopped"
+        await self.channel.say(f"{how} in {took:.1f}s.")
+
+
+async def _first_of(*waitables: asyncio.Event | asyncio.Task[bool]) -> None:
+    """Return once any event is set (or the task is done); a given task keeps running."""
+    waiters: list[asyncio.Future[object]] = []
+    for item in waitables:
+        waiters.append(
+            asyncio.ensure_future(item.wait()) if isinstance(item, asyncio.Event) else item
+        )
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for item, waiter in zip(waitables, waiters, strict=True):
+            if isinstance(item, asyncio.Event):
+                waiter.cancel()
+
+
+async def _until(
+    condition: Callable[[], Awaitable[bool]], limit: float, force: asyncio.Event
+) -> bool:
+    """Poll ``condition`` until it is true, ``limit`` s pass or ``force`` is set."""
+    deadline = time.monotonic() + limit
+    while not force.is_set() and time.monotonic() < deadline:
+        if await condition():
+            return True
+        await asyncio.sleep(0.05)
+    return False

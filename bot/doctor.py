@@ -18,18 +18,36 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import openai
 import redis
 
 from bot.agent.llm import ChatModel
-from bot.config import Settings
+from bot.agent.model_errors import model_error_text
+from bot.config import Settings, config_path
+from bot.config_check import public_url
 from bot.keys import Keys
+from bot.store.dead_letters import DeadLetters
 
 
 @dataclass(frozen=True, kw_only=True)
 class Check:
+    """One line of the report: ``ok``, ``warn`` (works, but probably not as meant) or ``BAD``.
+
+    Attributes:
+        name: What was checked.
+        ok: False fails the doctor (exit code 1).
+        detail: What was found, and the fix when something is wrong.
+        warn: A warning (``ok`` stays True).
+    """
+
     name: str
     ok: bool
     detail: str
+    warn: bool = False
+
+    @property
+    def mark(self) -> str:
+        return "BAD" if not self.ok else "warn" if self.warn else "ok"
 
 
 def _client(settings: Settings) -> redis.Redis:
@@ -43,9 +61,13 @@ def check_redis(settings: Settings) -> list[Check]:
         client.ping()
     except (redis.RedisError, OSError) as exc:
         return [
-            Check(name="redis", ok=False, detail=f"cannot reach {_safe(settings.redis_url)}: {exc}")
+            Check(
+                name="redis",
+                ok=False,
+                detail=f"cannot reach {public_url(settings.redis_url)}: {exc}",
+            )
         ]
-    checks = [Check(name="redis", ok=True, detail=f"reachable at {_safe(settings.redis_url)}")]
+    checks = [Check(name="redis", ok=True, detail=f"reachable at {public_url(settings.redis_url)}")]
     try:
         conf = {**client.config_get("appendonly"), **client.config_get("maxmemory-policy")}
         aof_ok = conf.get("appendonly") == "yes"
@@ -68,46 +90,24 @@ REPLAY_HINT = "fanbot doctor --replay-dead-letters"
 
 def check_dead_letters(client: redis.Redis, keys: Keys) -> Check:
     """How many messages ran out of delivery attempts; the newest one and why."""
-    count = int(client.xlen(keys.dead_letter))
-    if not count:
+    letters = DeadLetters(redis=client, keys=keys)
+    count = letters.count()
+    newest = letters.newest()
+    if not count or newest is None:
         return Check(name="dead letters", ok=True, detail="none")
-    newest: Any = client.xrevrange(keys.dead_letter, count=1)
-    entry_id, fields = newest[0]
-    fields = {_str(k): _str(v) for k, v in fields.items()}
+    fields = newest.fields
     detail = (
-        f"{count} message(s) ran out of delivery attempts; newest {_age(_str(entry_id))} ago, "
+        f"{count} message(s) ran out of delivery attempts; newest {_age(newest.entry_id)} ago, "
         f"{_describe(fields)}: {fields.get('reason') or '(no reason recorded)'}. "
-        f"Inspect: redis-cli XREVRANGE {keys.dead_letter} + - COUNT 10; "
+        f"Inspect: redis-cli XREVRANGE {letters.key} + - COUNT 10; "
         f"once the cause is fixed: {REPLAY_HINT}"
     )
     return Check(name="dead letters", ok=False, detail=detail)
 
 
-# XDEL first: a dead letter is put back at most once, even with two operators replaying.
-_REPLAY = """
-if redis.call('XDEL', KEYS[1], ARGV[1]) == 1 then
-  return redis.call('XADD', KEYS[2], '*', 'data', ARGV[2])
-end
-return false
-"""
-
-
 def replay_dead_letters(client: redis.Redis, keys: Keys) -> tuple[int, int]:
-    """Move every dead letter back into the outbox, oldest first; the gateway redelivers.
-
-    Idempotency keys are kept, so a message that did arrive after all is not posted twice.
-    Returns ``(replayed, kept)``; entries without a message body are kept for inspection.
-    """
-    replayed = kept = 0
-    entries: Any = client.xrange(keys.dead_letter)
-    for entry_id, fields in entries:
-        data = fields.get(b"data", fields.get("data"))
-        if data is None:
-            kept += 1
-            continue
-        if client.eval(_REPLAY, 2, keys.dead_letter, keys.outbox, entry_id, data):
-            replayed += 1
-    return replayed, kept
+    """Move every dead letter back into the outbox (see :meth:`DeadLetters.replay`)."""
+    return DeadLetters(redis=client, keys=keys).replay()
 
 
 def _describe(fields: Mapping[str, str]) -> str:
@@ -133,8 +133,16 @@ def _age(entry_id: str) -> str:
     return f"{seconds // 3600}h"
 
 
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def check_config() -> Check:
+    """Which file the settings came from (they are valid: the doctor got this far)."""
+    path = config_path()
+    if path is not None and path.is_file():
+        return Check(name="config", ok=True, detail=f"read {path.resolve()}")
+    if path is None:
+        where = "no file (FANBOT_CONFIG is empty)"
+    else:
+        where = f"no {path}" if not path.exists() else f"no file ({path})"
+    return Check(name="config", ok=True, detail=f"{where}; environment and defaults only")
 
 
 def check_model(settings: Settings) -> Check:
@@ -144,18 +152,24 @@ def check_model(settings: Settings) -> Check:
                      "`fanbot console` falls back to the offline demo model")  # fmt: skip
     model = ChatModel(settings=settings.openai)
     try:
-        listed = model.known_models()
+        page = model.client.with_options(max_retries=0).models.list(timeout=10.0)
+        listed = frozenset(m.id for m in page.data)
+    except openai.APIError as exc:
+        return Check(name="model", ok=False, detail=_model_refusal(exc, model, settings))
     finally:
         model.close()
-    if listed is None:
-        return Check(
-            name="model",
-            ok=False,
-            detail=f"{settings.openai.base_url or 'api.openai.com'} did not answer /models",
-        )
     known = settings.openai.model in listed
     return Check(name="model", ok=known, detail=f"endpoint lists {len(listed)} model(s); "
                  f"{settings.openai.model!r} {'listed' if known else 'NOT listed'}")  # fmt: skip
+
+
+def _model_refusal(exc: openai.APIError, model: ChatModel, settings: Settings) -> str:
+    """``the model endpoint refused the API key (HTTP 401)`` and the like."""
+    text = model_error_text(exc, base_url=str(model.client.base_url), model=settings.openai.model)
+    status = getattr(exc, "status_code", None)
+    if status and "HTTP" not in text:
+        text += f" (HTTP {status})"
+    return f"{text} (GET /models)" if isinstance(exc, openai.NotFoundError) else text
 
 
 async def _http(method: str, url: str, **kwargs: object) -> tuple[int, dict[str, object]]:
@@ -171,6 +185,9 @@ async def _http(method: str, url: str, **kwargs: object) -> tuple[int, dict[str,
         return resp.status, body if isinstance(body, dict) else {}
 
 
+_SLACK_AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked"})
+
+
 async def check_slack(settings: Settings) -> Check:
     s = settings.slack
     assert s.bot_token is not None
@@ -184,6 +201,8 @@ async def check_slack(settings: Settings) -> Check:
         if ok
         else f"auth.test failed: HTTP {status} {body.get('error', '')}"
     )
+    if status == 200 and body.get("error") in _SLACK_AUTH_ERRORS:
+        detail = f"Slack refused FANBOT_SLACK__BOT_TOKEN (auth.test: {body.get('error')})"
     if ok and s.mode == "socket" and s.app_token is None:
         return Check(name="slack", ok=False, detail="socket mode needs FANBOT_SLACK__APP_TOKEN")
     if ok and s.mode == "http" and s.signing_secret is None:
@@ -196,12 +215,35 @@ async def check_telegram(settings: Settings) -> Check:
     assert s.bot_token is not None
     status, body = await _http("GET", f"{s.api_url}{s.bot_token.get_secret_value()}/getMe")
     result = body.get("result")
-    if body.get("ok") and isinstance(result, dict):
-        return Check(name="telegram", ok=True, detail=f"bot @{result.get('username')}")
-    return Check(
-        name="telegram",
-        ok=False,
-        detail=f"getMe failed: HTTP {status} {body.get('description', '')}",
+    if not (body.get("ok") and isinstance(result, dict)):
+        if status == 401:
+            detail = "Telegram refused FANBOT_TELEGRAM__BOT_TOKEN (getMe: HTTP 401)"
+        else:
+            detail = f"getMe failed: HTTP {status} {body.get('description', '')}".strip()
+        return Check(name="telegram", ok=False, detail=detail)
+    detail = f"bot @{result.get('username')}"
+    privacy = telegram_privacy_problem(settings, result)
+    if privacy:
+        return Check(name="telegram", ok=True, warn=True, detail=f"{detail}; {privacy}")
+    return Check(name="telegram", ok=True, detail=detail)
+
+
+def telegram_privacy_problem(settings: Settings, me: Mapping[str, Any]) -> str | None:
+    """Why privacy mode (getMe's ``can_read_all_group_messages`` false) defeats the settings:
+    in groups such a bot sees only commands, mentions and replies to it."""
+    if me.get("can_read_all_group_messages", True):
+        return None
+    wanted = []
+    if not settings.gateway.require_mention:
+        wanted.append("FANBOT_GATEWAY__REQUIRE_MENTION is off")
+    if settings.telegram.continue_threads:
+        wanted.append("FANBOT_TELEGRAM__CONTINUE_THREADS is on")
+    if not wanted:
+        return None
+    return (
+        f"privacy mode is on (getMe can_read_all_group_messages=false), so in groups and "
+        f"topics the bot sees only commands, mentions and replies, but {' and '.join(wanted)}; "
+        "turn privacy off with @BotFather /setprivacy, then remove and re-add the bot"
     )
 
 
@@ -216,11 +258,41 @@ async def check_matrix(settings: Settings) -> Check:
     return Check(name="matrix", ok=True, detail=f"homeserver {base} reachable; user {s.user_id}")
 
 
+def check_matrix_invites(settings: Settings) -> Check | None:
+    """A warning when the Matrix bot accepts no invite at all (it then joins no new room)."""
+    s = settings.matrix
+    if s.join_any_invite or s.allow_users:
+        return None
+    return Check(
+        name="matrix invites",
+        ok=True,
+        warn=True,
+        detail="the bot accepts no invite: FANBOT_MATRIX__ALLOW_USERS is empty and "
+        "FANBOT_MATRIX__JOIN_ANY_INVITE is off; set either (rooms it already joined still work)",
+    )
+
+
+def check_platforms_configured(settings: Settings) -> Check | None:
+    """A warning when no platform is configured: the gateway has nothing to serve."""
+    if any(getattr(settings, name).configured for name in PLATFORMS):
+        return None
+    return Check(
+        name="platforms",
+        ok=True,
+        warn=True,
+        detail="none configured (set e.g. FANBOT_SLACK__BOT_TOKEN and FANBOT_SLACK__APP_TOKEN, "
+        "or FANBOT_TELEGRAM__BOT_TOKEN); `fanbot gateway` needs one, `fanbot console` none",
+    )
+
+
 PLATFORM_CHECKS: dict[str, Callable[[Settings], Awaitable[Check]]] = {
     "slack": check_slack,
     "telegram": check_telegram,
     "matrix": check_matrix,
 }
+
+
+PLATFORMS = tuple(PLATFORM_CHECKS)
 
 
 async def _platforms(settings: Settings) -> list[Check]:
@@ -231,25 +303,28 @@ async def _platforms(settings: Settings) -> list[Check]:
         try:
             checks.append(await fn(settings))
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            checks.append(
-                Check(name=name, ok=False, detail=f"unreachable: {type(exc).__name__}: {exc}")
-            )
+            url = platform_url(settings, name)
+            detail = f"cannot reach {url} ({type(exc).__name__})"
+            checks.append(Check(name=name, ok=False, detail=detail))
     return checks
+
+
+def platform_url(settings: Settings, platform: str) -> str:
+    """The base URL fanbot talks to for ``platform`` (no token in it)."""
+    section = getattr(settings, platform)
+    url = getattr(section, "api_url", None) or getattr(section, "homeserver", None) or ""
+    return public_url(str(url))
 
 
 def run_checks(settings: Settings) -> list[Check]:
-    checks = check_redis(settings)
-    checks.append(check_model(settings))
+    """Every check, in report order."""
+    checks = [check_config(), *check_redis(settings), check_model(settings)]
+    warnings = [check_platforms_configured(settings)]
+    if settings.matrix.configured:
+        warnings.append(check_matrix_invites(settings))
     checks.extend(asyncio.run(_platforms(settings)))
+    checks.extend(w for w in warnings if w is not None)
     return checks
-
-
-def _safe(url: str) -> str:
-    """Hide a password in a Redis URL."""
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"
 
 
 def replay(settings: Settings) -> tuple[int, str]:
@@ -262,7 +337,7 @@ def replay(settings: Settings) -> tuple[int, str]:
         finally:
             client.close()
     except (redis.RedisError, OSError) as exc:
-        return 2, f"fanbot doctor: cannot reach Redis at {_safe(settings.redis_url)}: {exc}"
+        return 2, f"fanbot doctor: cannot reach Redis at {public_url(settings.redis_url)}: {exc}"
     text = f"replayed {replayed} dead letter(s) into the outbox"
     if kept:
         text += f"; kept {kept} without a message body in {keys.dead_letter}"

@@ -18,6 +18,7 @@ from bot.commands.render import render_info, run_name, timing
 from bot.config import load_settings
 from bot.deps import Deps
 from bot.errors import ConfigError
+from bot.preflight import redis_unreachable
 from bot.runs.access import MIN_PREFIX
 from bot.runs.stop import stop_run
 from bot.types import RunRecord
@@ -36,15 +37,15 @@ OPERATOR = "an operator (fanbot subagents stop)"
 def _deps() -> Iterator[Deps]:
     try:
         settings = load_settings()
-    except (ConfigError, ValueError) as exc:  # pydantic-settings' SettingsError: bad JSON in env
-        typer.echo(f"fanbot: invalid configuration: {exc}", err=True)
+    except ConfigError as exc:
+        typer.echo(f"fanbot subagents: {exc}", err=True)
         raise typer.Exit(2) from None
     deps = Deps.build(settings, client=redis.Redis.from_url(settings.redis_url, socket_timeout=5))
     try:
         deps.redis.ping()
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         deps.close()
-        typer.echo(f"fanbot: cannot reach Redis at FANBOT_REDIS_URL ({exc})", err=True)
+        typer.echo(f"fanbot subagents: {redis_unreachable(settings.redis_url, exc)}", err=True)
         raise typer.Exit(2) from None
     try:
         yield deps

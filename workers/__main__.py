@@ -2,11 +2,11 @@
 
 import sys
 
-from bot.errors import ConfigError
+from bot.errors import ConfigError, RedisUnavailable
 from workers.launcher import main
 
 try:
     sys.exit(main())
-except ConfigError as exc:
-    print(f"fanbot worker: {exc}", file=sys.stderr)
+except (ConfigError, RedisUnavailable) as exc:  # one line and exit 2, as `fanbot worker`
+    print(f"fanbot worker: {' '.join(str(exc).split())}", file=sys.stderr)
     sys.exit(2)

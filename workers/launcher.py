@@ -24,6 +24,7 @@ from rq.serializers import JSONSerializer
 from bot.config import Settings, load_settings
 from bot.deps import Deps
 from bot.logs import configure as configure_logging
+from bot.preflight import require_redis
 from bot.runs.stop import stop_run
 from bot.store.connect import connect
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE
@@ -156,16 +157,39 @@ def _shutdown(children: list[subprocess.Popen[bytes]], timeout: float) -> None:
             child.wait()
 
 
+def parser() -> argparse.ArgumentParser:
+    """``fanbot worker``'s options (also ``python -m workers``)."""
+    p = argparse.ArgumentParser(
+        prog="fanbot worker",
+        description="Run RQ worker processes on the turns and subagents queues, plus the "
+        "maintenance sweep (reaper, archiver); a worker that dies is restarted, SIGTERM "
+        "lets running jobs finish.",
+    )
+    p.add_argument("--count", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument(
+        "--queues",
+        default=",".join(DEFAULT_QUEUES),
+        help=f"comma-separated queues (default {','.join(DEFAULT_QUEUES)})",
+    )
+    p.add_argument("--single", action="store_true", help="run one worker in this process")
+    p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    p.add_argument(
+        "--no-maintenance", action="store_true", help="no reaper/archiver sweep in this launcher"
+    )
+    p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    return p
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fanbot worker", description=__doc__)
-    parser.add_argument("--count", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--queues", default=",".join(DEFAULT_QUEUES))
-    parser.add_argument("--single", action="store_true", help="run one worker in-process")
-    parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
-    parser.add_argument("--no-maintenance", action="store_true")
-    parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
-    args = parser.parse_args(argv)
+    """Parse ``argv``, check the configuration and Redis, then run.
+
+    Raises:
+        ConfigError: The configuration is invalid.
+        RedisUnavailable: Redis does not answer (the launcher would restart workers forever).
+    """
+    args = parser().parse_args(argv)
     settings = load_settings()
+    require_redis(settings.redis_url)
     configure_logging(settings)
     queues = [q for q in args.queues.split(",") if q]
     if args.single or args.burst:

@@ -1,12 +1,19 @@
-"""Console conversion (pure): a typed line -> Inbound; Outbound -> printable lines."""
+"""Console conversion (pure): a typed line -> Inbound or a local answer; Outbound -> text;
+the live area (runs in flight, with ticking elapsed times) -> lines."""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from bot.types import Inbound, Outbound, OutboundKind, Sender, ThreadRef
 
 ACCOUNT = "local"
 CHAT = "console"
 MAX_LINE = 200_000
+THREAD_COMMAND = ":thread"
+_WORKER_ELAPSED = re.compile(r" · \d+s$")
 
 
 def thread_ref(name: str) -> ThreadRef:
@@ -16,9 +23,21 @@ def thread_ref(name: str) -> ThreadRef:
 def switch_target(line: str) -> str | None:
     """``:thread NAME`` switches the console to another thread (a separate session)."""
     parts = line.strip().split()
-    if len(parts) == 2 and parts[0] == ":thread" and parts[1].isprintable():
+    if len(parts) == 2 and parts[0] == THREAD_COMMAND and parts[1].isprintable():
         return parts[1][:64]
     return None
+
+
+def thread_usage(line: str, *, current: str) -> str | None:
+    """The answer to a ``:thread`` line that names no (single, printable) thread; ``None``
+    for any other line. Such a line is the console's own command, never a chat message."""
+    parts = line.strip().split(maxsplit=1)
+    if not parts or parts[0] != THREAD_COMMAND or switch_target(line) is not None:
+        return None
+    return (
+        f"Usage: `:thread NAME` switches to another thread (a separate conversation with its "
+        f"own runs). You are in `{current}`."
+    )
 
 
 def line_to_inbound(line: str, *, thread: str, user: str, message_id: str) -> Inbound | None:
@@ -39,8 +58,13 @@ def line_to_inbound(line: str, *, thread: str, user: str, message_id: str) -> In
     )
 
 
+def thread_prefix(thread: str | None, *, show_thread: bool) -> str:
+    return f"[{thread}] " if show_thread and thread else ""
+
+
 def render(message: Outbound, *, show_thread: bool) -> str:
-    prefix = f"[{message.thread.thread}] " if show_thread and message.thread.thread else ""
+    """Plain text, for a pipe (the format scripts read; no markup is interpreted)."""
+    prefix = thread_prefix(message.thread.thread, show_thread=show_thread)
     if message.kind is OutboundKind.STATUS:
         return f"{prefix}  · {message.text}"
     if message.kind is OutboundKind.ANNOUNCE:
@@ -51,5 +75,90 @@ def render(message: Outbound, *, show_thread: bool) -> str:
 
 
 def render_edit(text: str, *, thread: str | None, show_thread: bool) -> str:
-    prefix = f"[{thread}] " if show_thread and thread else ""
-    return f"{prefix}  · {text}"
+    return f"{thread_prefix(thread, show_thread=show_thread)}  · {text}"
+
+
+# -- the live area ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveRun:
+    """A run in flight, as the live area shows it.
+
+    Attributes:
+        thread: The console thread it reports to.
+        title: ``Subagent #2 "Research"`` (the run's title everywhere).
+        running: Started (else queued).
+        since: Epoch seconds it started (running) or was queued; elapsed ticks from here.
+        position: Its place in the line of runs waiting to start (1 = next), when queued.
+        status_id: The id of its status message, whose latest text adds the detail.
+    """
+
+    thread: str
+    title: str
+    running: bool
+    since: float
+    position: int | None = None
+    status_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveView:
+    """What is in flight in the console's threads (a snapshot, refreshed every second)."""
+
+    runs: tuple[LiveRun, ...] = ()
+    thinking: frozenset[str] = field(default_factory=frozenset)
+    """Threads whose main-agent turn is queued or running."""
+
+
+def format_elapsed(seconds: float) -> str:
+    """``7`` -> ``7s``, ``75`` -> ``1m15s``, ``3725`` -> ``1h02m``."""
+    total = max(0, int(seconds))
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def ordinal_in_line(position: int) -> str:
+    if position == 1:
+        return "next in line"
+    suffix = "th" if 10 <= position % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(position % 10)
+    return f"{position}{suffix or 'th'} in line"
+
+
+def run_detail(run: LiveRun, status_text: str | None) -> str:
+    """What the run is doing: the latest status text without its title and without the
+    worker's elapsed time (frozen between progress events; the live area ticks its own)."""
+    if not run.running:
+        return f"queued, {ordinal_in_line(run.position)}" if run.position else "queued"
+    if not status_text:
+        return "running"
+    _, found, detail = status_text.partition(f"{run.title} — ")
+    return _WORKER_ELAPSED.sub("", detail).strip() if found else "running"
+
+
+def live_lines(
+    view: LiveView,
+    *,
+    now: float,
+    status_texts: Mapping[str, str],
+    thinking_since: Mapping[str, float],
+    show_thread: bool,
+) -> list[str]:
+    """The live area: one line per thinking thread and per run in flight, elapsed times
+    computed from ``now`` so they tick between snapshots."""
+    lines = [
+        f"{thread_prefix(t, show_thread=show_thread)}… fanbot is thinking · "
+        + format_elapsed(now - thinking_since.get(t, now))
+        for t in sorted(view.thinking)
+    ]
+    for run in view.runs:
+        text = status_texts.get(run.status_id) if run.status_id else None
+        detail = run_detail(run, text)
+        elapsed = format_elapsed(now - run.since)
+        prefix = thread_prefix(run.thread, show_thread=show_thread)
+        lines.append(f"{prefix}⏳ {run.title} — {detail} · {elapsed}")
+    return lines

@@ -16,6 +16,7 @@ import openai
 from bot.agent.context import ToolContext
 from bot.agent.llm import ChatModel
 from bot.agent.loop import run_loop
+from bot.agent.model_errors import model_error_text
 from bot.agent.subagent_types import subagent_types, tools_for_type
 from bot.deps import Deps
 from bot.errors import ModelCallFailed
@@ -63,10 +64,11 @@ class SubagentBody:
                 thinking=record.thinking,
                 max_tool_chars=deps.settings.subagents.max_result_chars,
             )
-        except openai.APITimeoutError as exc:
-            raise ModelCallFailed(str(exc), timed_out=True) from exc
         except openai.APIError as exc:
-            raise ModelCallFailed(api_error_text(exc)) from exc
+            base_url = str(self.model.client.base_url)
+            text = model_error_text(exc, base_url=base_url, model=record.model, detail=True)
+            timed_out = isinstance(exc, openai.APITimeoutError)
+            raise ModelCallFailed(text, timed_out=timed_out) from exc
 
     def _context(self, record: RunRecord) -> list[dict[str, Any]]:
         """The run's starting messages, written to its transcript as they are new."""
@@ -81,10 +83,3 @@ class SubagentBody:
         for message in messages:
             transcripts.append(record.session_id, message)
         return messages
-
-
-def api_error_text(exc: openai.APIError) -> str:
-    """``HTTP 500: <the endpoint's words>`` (bounded), or the words alone."""
-    status = getattr(exc, "status_code", None)
-    text = str(exc.message if hasattr(exc, "message") else exc)[:300]
-    return f"HTTP {status}: {text}" if status else text

@@ -16,6 +16,7 @@ from rq.timeouts import BaseTimeoutException
 from bot.agent.context import ToolContext
 from bot.agent.llm import ChatModel
 from bot.agent.loop import LoopControl, Meter, run_loop
+from bot.agent.model_errors import model_error_text
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools
 from bot.agent.tools import Tool, allowed
@@ -101,9 +102,8 @@ def _answer(
         raise
     except openai.APIError as exc:
         log.warning("turn in %s failed: %s", job.session_key, type(exc).__name__)
-        return _with_spawns(
-            f"⚠️ The model call failed ({_short_error(exc)}). Please try again.", ctx
-        )
+        why = _short_error(exc, model, agent.model or deps.settings.openai.model)
+        return _with_spawns(f"⚠️ The model call failed: {why}.", ctx)
     text = result.text.strip() or "(no answer)"
     if not result.complete:
         text += f"\n\n_(stopped after {meter.steps} steps)_"
@@ -116,9 +116,8 @@ def _with_spawns(text: str, ctx: ToolContext) -> str:
     return text
 
 
-def _short_error(exc: openai.APIError) -> str:
-    status = getattr(exc, "status_code", None)
-    return f"HTTP {status}" if status else type(exc).__name__
+def _short_error(exc: openai.APIError, model: ChatModel, model_name: str) -> str:
+    return model_error_text(exc, base_url=str(model.client.base_url), model=model_name)
 
 
 def _commit(

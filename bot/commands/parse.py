@@ -6,10 +6,12 @@ command is ``/name`` followed by whitespace-separated arguments.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 KNOWN = ("subagents", "stop", "help")
 MAX_ARGS_CHARS = 8_000
+_WORD = re.compile(r"[a-z][a-z0-9_-]*")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,6 +24,12 @@ class Command:
     @property
     def known(self) -> bool:
         return self.name in KNOWN
+
+    @property
+    def is_word(self) -> bool:
+        """The name is one word (``/foo``): a command, known or not, never text for the
+        model. ``/usr/bin …`` or ``/r/python …`` are text."""
+        return _WORD.fullmatch(self.name) is not None
 
 
 def parse_command(text: str) -> Command | None:

@@ -40,7 +40,11 @@ class CommandRouter:
     """Maps command names to handlers returning the reply text (markdown)."""
 
     def __init__(self) -> None:
-        self._handlers: dict[str, Handler] = {"help": lambda _: HELP_TEXT}
+        # Telegram sends /start when a person first opens the chat: it gets the help.
+        self._handlers: dict[str, Handler] = {
+            "help": lambda _: HELP_TEXT,
+            "start": lambda _: HELP_TEXT,
+        }
 
     def register(self, name: str, handler: Handler) -> None:
         self._handlers[name] = handler

@@ -26,6 +26,7 @@ from typing import Any
 
 from bot.clip import split_note
 from bot.config import Price
+from bot.prices import table_cost
 from bot.types import RunRecord, RunStatus, Usage
 
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
@@ -106,10 +107,13 @@ def format_tokens(n: int) -> str:
 
 
 def estimate_cost(model: str, usage: Usage, prices: Mapping[str, Price]) -> float | None:
-    """USD for ``usage`` at the model's per-1M-token prices; None if no price is known."""
+    """USD for ``usage`` at the model's configured per-1M-token prices, else at the price
+    table's (:mod:`bot.prices`); None if neither knows the model."""
     price = prices.get(model)
     if price is None:
-        return None
+        return table_cost(
+            model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
+        )
     return (usage.prompt_tokens * price.input + usage.completion_tokens * price.output) / 1e6
 
 

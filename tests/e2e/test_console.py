@@ -6,11 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 
+from bot.testing import wait_until
 from bot.testing.stack import hermetic_env
 
 
@@ -25,6 +25,14 @@ def console(state: Path, **kw: object) -> subprocess.Popen[str]:
         text=True,
         **kw,  # type: ignore[call-overload]
     )
+
+
+def redis_alive(tmp_path: Path) -> list[int]:
+    """PIDs of redis-servers whose command line names ``tmp_path`` (the console's own)."""
+    return [
+        p.pid for p in psutil.process_iter(["cmdline"])
+        if "redis-server" in " ".join(p.info["cmdline"] or []) and str(tmp_path) in " ".join(p.info["cmdline"] or [])
+    ]  # fmt: skip
 
 
 def descendants_alive(pid: int) -> list[int]:
@@ -52,8 +60,7 @@ def test_piped_console_fans_out_announces_and_exits(tmp_path: Path) -> None:
     assert (tmp_path / "state" / "redis" / "appendonlydir").exists() or any(
         (tmp_path / "state" / "redis").glob("*.aof")
     )
-    time.sleep(0.5)
-    assert descendants_alive(proc.pid) == []
+    wait_until(lambda: descendants_alive(proc.pid) == [], timeout=5)
 
 
 def test_ctrl_c_shuts_everything_down(tmp_path: Path) -> None:
@@ -62,12 +69,9 @@ def test_ctrl_c_shuts_everything_down(tmp_path: Path) -> None:
         while "type a message" not in proc.stdout.readline():
             assert proc.poll() is None
         os.kill(proc.pid, signal.SIGINT)
-        proc.wait(timeout=60)
+        rest, _ = proc.communicate(timeout=60)
         assert proc.returncode == 130
-    time.sleep(0.5)
-    assert descendants_alive(proc.pid) == []
-    redis_alive = [
-        p for p in psutil.process_iter(["cmdline"])
-        if "redis-server" in " ".join(p.info["cmdline"] or []) and str(tmp_path) in " ".join(p.info["cmdline"] or [])
-    ]  # fmt: skip
-    assert redis_alive == []
+        assert "Stopping the workers… (Ctrl-C again to force)" in rest
+        assert "Stopped in " in rest
+    wait_until(lambda: descendants_alive(proc.pid) == [], timeout=5)
+    wait_until(lambda: redis_alive(tmp_path) == [], timeout=5)

@@ -17,7 +17,7 @@ runner = CliRunner()
 
 
 def env(url: str) -> dict[str, str]:
-    return {"FANBOT_REDIS_URL": url, "FANBOT_CONFIG": os.devnull + ".toml"}
+    return {"FANBOT_REDIS_URL": url, "FANBOT_CONFIG": os.devnull}
 
 
 def test_ops_list_info_stop(redis_url: str) -> None:

@@ -1,0 +1,38 @@
+"""Checks a command makes before it starts serving, so a mistake is one clear line.
+
+``fanbot gateway``, ``fanbot worker`` and ``fanbot console --external-redis`` ping Redis
+first: without it they could only fail later with a traceback (or, for workers, restart
+forever).
+"""
+
+from __future__ import annotations
+
+import redis
+
+from bot.config_check import public_url
+from bot.errors import RedisUnavailable
+
+
+def require_redis(url: str, *, timeout: float = 5.0) -> None:
+    """Return once Redis at ``url`` answers PING.
+
+    Raises:
+        RedisUnavailable: It does not, within ``timeout`` seconds; the message names the URL
+            (without its password) and the setting.
+    """
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    except ValueError as exc:  # a URL redis-py cannot parse
+        raise RedisUnavailable(f"FANBOT_REDIS_URL {public_url(url)!r}: {exc}") from None
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        raise RedisUnavailable(redis_unreachable(url, exc)) from None
+    finally:
+        client.close()
+
+
+def redis_unreachable(url: str, exc: BaseException) -> str:
+    """``cannot reach Redis at <url> (FANBOT_REDIS_URL): <why>``, on one line."""
+    why = " ".join(str(exc).split()) or type(exc).__name__
+    return f"cannot reach Redis at {public_url(url)} (FANBOT_REDIS_URL): {why}"

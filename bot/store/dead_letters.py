@@ -1,0 +1,78 @@
+"""The dead-letter stream, read and replayed by operators (``fanbot doctor``).
+
+Egress writes it (:meth:`bot.store.outbox.Outbox.dead_letter`); this sync owner reads it
+and moves entries back into the outbox once the cause is fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from bot.keys import Keys
+from bot.store import as_text
+
+# XDEL first: a dead letter is put back at most once, even with two operators replaying.
+_REPLAY = """
+if redis.call('XDEL', KEYS[1], ARGV[1]) == 1 then
+  return redis.call('XADD', KEYS[2], '*', 'data', ARGV[2])
+end
+return false
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetter:
+    """One entry of the dead-letter stream (its fields as text)."""
+
+    entry_id: str
+    fields: dict[str, str]
+
+
+class DeadLetters:
+    """Owner of ``outbox:dead`` for operators.
+
+    Args:
+        redis: Sync client.
+        keys: Key builder.
+    """
+
+    def __init__(self, *, redis: redis.Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    @property
+    def key(self) -> str:
+        return self.keys.dead_letter
+
+    def count(self) -> int:
+        return int(self.redis.xlen(self.keys.dead_letter))
+
+    def newest(self) -> DeadLetter | None:
+        entries: Any = self.redis.xrevrange(self.keys.dead_letter, count=1)
+        if not entries:
+            return None
+        entry_id, fields = entries[0]
+        return DeadLetter(
+            entry_id=as_text(entry_id), fields={as_text(k): as_text(v) for k, v in fields.items()}
+        )
+
+    def replay(self) -> tuple[int, int]:
+        """Move every dead letter back into the outbox, oldest first; the gateway redelivers.
+
+        Idempotency keys are kept, so a message that did arrive after all is not posted twice.
+        Returns ``(replayed, kept)``; entries without a message body are kept for inspection.
+        """
+        replayed = kept = 0
+        entries: Any = self.redis.xrange(self.keys.dead_letter)
+        for entry_id, fields in entries:
+            data = fields.get(b"data", fields.get("data"))
+            if data is None:
+                kept += 1
+                continue
+            keys = [self.keys.dead_letter, self.keys.outbox]
+            if self.redis.eval(_REPLAY, 2, *keys, entry_id, data):
+                replayed += 1
+        return replayed, kept

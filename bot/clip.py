@@ -1,10 +1,18 @@
 """Cutting oversized text to a limit with a note that says how much was cut (pure).
 
-Every bound on text that a person or the model wrote (an inbound message, a model reply, a
-history entry, a transcript line) cuts the same way, so the reader always sees the same
-marker: the first ``limit`` characters, then ``[… N characters cut]`` on its own line.
-Cutting an already cut text again keeps one note whose count covers both cuts, so a
-message bounded at the gateway and again in history still says how much it lost in all.
+Bounds on text that a person or the model wrote (an inbound message, a model reply, a
+history entry, a transcript line) cut with :func:`clip`, or :func:`clip_markdown` for text
+that gets posted: the first ``limit`` characters, then ``[… N characters cut]`` on its own
+line. (An announce's result is cut by ``bot.runs.render.truncate``, which words its note
+differently but counts an earlier note the same way.)
+
+Cutting again a text that still *ends* with its note keeps one note whose count adds both
+cuts, so a reply bounded by the model client and again in history says how much it lost
+in all. Only a note at the very end counts (:func:`split_note`): once text follows a note
+(a cut reply quoted in a longer message), the note is ordinary text, a later cut counts it
+as characters, and if it lies in the kept head the result shows two notes. Counts are of
+the characters of the text given: a fence that :func:`clip_markdown` closed counts as
+text when that text is cut again.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ def cut_note(cut: int) -> str:
 def split_note(text: str) -> tuple[int, int]:
     """Where ``text``'s body ends and how many characters an earlier cut dropped.
 
-    ``(len(text), 0)`` when ``text`` does not end with a cut note.
+    Only a note that ends ``text`` (after a newline) is found; ``(len(text), 0)`` otherwise,
+    even when a note appears earlier in the text.
     """
     match = _NOTE.search(text, max(0, len(text) - _NOTE_MAX))
     if match is None:
@@ -36,7 +45,9 @@ def split_note(text: str) -> tuple[int, int]:
 def clip(text: str, limit: int) -> str:
     """``text`` if its body has at most ``limit`` characters, else the head and a note.
 
-    Only the kept head is copied, so cutting a huge text costs ``limit`` characters.
+    The body is ``text`` without a trailing note; when it is cut, that note is replaced by
+    one counting both cuts (so ``clip`` is idempotent). Only the kept head is copied, so
+    cutting a huge text costs ``limit`` characters.
     """
     if len(text) <= limit:
         return text

@@ -8,7 +8,8 @@ headers in errors, so a filter on the handlers replaces every configured secret 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, SecretStr
@@ -72,3 +73,50 @@ def configure(settings: Settings, path: Path | None = None) -> None:
     root.setLevel(settings.log_level)
     for name in _CHATTY:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+
+
+class ThrottledLog:
+    """At most one record per key per ``interval`` seconds; the rest are counted, not written.
+
+    For conditions that repeat for as long as they last (Redis down, a flood of forged
+    requests): the first occurrence is logged at once, later ones fold into the next line's
+    ``(N more like it)`` suffix, so an outage costs a line a minute, not one per request.
+
+    Args:
+        logger: Where the lines go.
+        interval: Seconds between two lines with the same key.
+        clock: Monotonic time source (swappable in tests).
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        interval: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger = logger
+        self.interval = interval
+        self._clock = clock
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def warning(self, key: str, msg: str, *args: object) -> bool:
+        """Log ``msg % args`` at WARNING unless ``key`` was logged recently; True if written."""
+        return self._emit(logging.WARNING, key, msg, args)
+
+    def log(self, level: int, key: str, msg: str, *args: object) -> bool:
+        """Like :meth:`warning`, at ``level``."""
+        return self._emit(level, key, msg, args)
+
+    def _emit(self, level: int, key: str, msg: str, args: tuple[object, ...]) -> bool:
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last[0] < self.interval:
+            self._last[key] = (last[0], last[1] + 1)
+            return False
+        suppressed = last[1] if last is not None else 0
+        if suppressed:
+            msg += f" ({suppressed} more like it in the last {self.interval:.0f}s)"
+        self.logger.log(level, msg, *args, stacklevel=3)  # the caller's file and line
+        self._last[key] = (now, 0)
+        return True

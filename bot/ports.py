@@ -1,28 +1,104 @@
 """Small ports between the core and its edges.
 
 A channel adapter converts between a platform and the core's :class:`~bot.types.Inbound` /
-:class:`~bot.types.Outbound`. It does nothing else: no Redis, no business rules.
+:class:`~bot.types.Outbound`. It does nothing else: no Redis, no business rules. Its port
+has two halves of three methods each, :class:`InboundChannel` (events in) and
+:class:`OutboundChannel` (messages out); :class:`ChannelAdapter` is both.
+
+The adapter contract
+--------------------
+
+**Ingress confirms only what the core accepted.** An adapter confirms a native event to
+the platform (Socket Mode ack, HTTP 200 to a webhook, the next ``getUpdates`` offset, the
+saved sync token) only after ``await sink(inbound)`` returned. If the sink raises, the
+event stays unconfirmed and the platform delivers it again; the gateway dedupes by event
+id, so a redelivery is harmless. An event the adapter cannot convert (a converter bug or a
+malformed payload) is logged and confirmed: redelivering it would fail the same way.
+
+**Egress never repeats a part.** ``send`` splits a message into parts the same way every
+time (same text, same settings, same parts). The gateway's egress keeps, in Redis beside
+the outbox entry, which parts are already posted (:class:`PartLog`). The adapter skips
+those, and after the platform accepted a part it awaits :meth:`PartLog.record` before it
+posts the next one, so a retry, a restart or another gateway taking the entry over resumes
+at the first part not posted. The only part that can be in doubt is one the platform
+accepted while the gateway died before recording it (``PartLog.in_doubt``); what happens
+to it depends on what the platform lets a bot read back:
+
+============  ===================  ==================================================
+platform      guarantee            how the part in doubt is settled
+============  ===================  ==================================================
+Slack         exactly once         each part carries message metadata (event type
+                                   ``fanbot_outbox``, the outbox key and part index);
+                                   the thread's recent messages are searched for it
+                                   before re-posting (needs ``*:history`` scopes; an
+                                   ephemeral answer cannot be found: at least once)
+Matrix        exactly once         each part is sent with a transaction id derived from
+                                   the key and index; the homeserver returns the event
+                                   already sent (same device / access token)
+Telegram      at least once        the Bot API has no way for a bot to read its chat;
+                                   the one part in doubt is posted again
+console       at least once        a terminal cannot be read back
+============  ===================  ==================================================
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from bot.types import Inbound, Outbound, ThreadRef
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 InboundSink = Callable[[Inbound], Awaitable[object]]
 """What an adapter calls for every native event it converted."""
 
+PartRecorder = Callable[[int, str], Awaitable[None]]
+"""``(part index, platform message id) -> None``: persists one posted part."""
+
+
+@dataclass(kw_only=True)
+class PartLog:
+    """The parts of one outbox message that are already posted, and where to record more.
+
+    Egress builds one per attempt from Redis; a caller without an outbox (a test, a status
+    line) leaves ``send``'s ``parts`` out and gets a fresh one.
+
+    Args:
+        key: The outbox key of the message (Slack writes it into each part's metadata).
+        posted: Part index -> platform message id, for the parts known to be posted.
+        in_doubt: An earlier attempt may have posted a part it did not record (a gateway
+            died mid-send, a send timed out): look before re-posting where possible.
+        since: Epoch seconds before which no part can have been posted (the entry's age).
+        recorder: Persists each newly posted part before the adapter moves on.
+    """
+
+    key: str = ""
+    posted: dict[int, str] = field(default_factory=dict)
+    in_doubt: bool = False
+    since: float | None = None
+    recorder: PartRecorder | None = None
+
+    def todo(self, count: int) -> list[int]:
+        """Indexes of the first ``count`` parts not posted yet, in order."""
+        return [i for i in range(count) if i not in self.posted]
+
+    def ids(self, count: int) -> list[str]:
+        """Platform ids of the first ``count`` parts, in order (posted ones only)."""
+        return [self.posted[i] for i in range(count) if i in self.posted]
+
+    async def record(self, index: int, message_id: str) -> None:
+        """Note part ``index`` as posted; returns once it is persisted."""
+        self.posted[index] = message_id
+        if self.recorder is not None:
+            await self.recorder(index, message_id)
+
 
 @runtime_checkable
-class ChannelAdapter(Protocol):
-    """One platform connection, owned by the gateway.
-
-    ``send`` returns the platform ids of the messages it posted (several when the text was
-    split). It raises :class:`bot.errors.DeliveryError` on failure, with ``retry_after`` set
-    when the platform said how long to wait and ``permanent`` when retrying cannot help.
-    """
+class InboundChannel(Protocol):
+    """The receiving half: turns native events into calls of the sink."""
 
     platform: str
 
@@ -32,11 +108,32 @@ class ChannelAdapter(Protocol):
     async def stop(self) -> None:
         """Disconnect and release resources."""
 
-    async def send(self, message: Outbound) -> list[str]:
-        """Post ``message`` (chunked and formatted for the platform) into its thread."""
+    def http_routes(self) -> list[web.RouteDef]:
+        """Routes the gateway's HTTP server must serve (webhooks); ``[]`` if none."""
+
+
+@runtime_checkable
+class OutboundChannel(Protocol):
+    """The sending half.
+
+    ``send`` returns the platform ids of the messages it posted (several when the text was
+    split). It raises :class:`bot.errors.DeliveryError` on failure, with ``retry_after`` set
+    when the platform said how long to wait and ``permanent`` when retrying cannot help.
+    """
+
+    platform: str
+
+    async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
+        """Post the parts of ``message`` that ``parts`` does not list as posted, in order,
+        recording each in ``parts`` before the next; return every part's id."""
 
     async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
         """Replace the text of an earlier message (status lines)."""
 
     async def typing(self, thread: ThreadRef) -> None:
         """Show a typing / working indicator where the platform has one."""
+
+
+@runtime_checkable
+class ChannelAdapter(InboundChannel, OutboundChannel, Protocol):
+    """One platform connection, owned by the gateway (see the contract above)."""

@@ -1,8 +1,18 @@
 """Core values that cross between adapters, the gateway, stores and workers.
 
-Everything here is a frozen, keyword-only dataclass or a ``str`` enum so it round-trips
-through JSON and Redis without a custom codec. Adapters build :class:`Inbound` from native
-events and turn :class:`Outbound` into native calls; nothing else in ``bot`` knows a platform.
+Everything here is a frozen, keyword-only dataclass or a ``str`` enum (whose value is its
+JSON and Redis form). The values that leave a process have one explicit codec each, and
+``decode(encode(x)) == x`` holds for every one of them:
+
+- :class:`ThreadRef` and :class:`Outbound`: ``to_json`` / ``from_json`` (JSON-able dicts for
+  turn jobs, the outbox and progress streams). An empty ``thread`` is read back as ``None``
+  (both mean the chat's main timeline), so build a ``ThreadRef`` with ``None`` there.
+- :class:`RunRecord`: ``encode_record`` / ``decode_record`` in :mod:`bot.store.runs`, the
+  flat string mapping of its Redis hash.
+
+:class:`Inbound`, :class:`Sender` and :class:`Usage` stay inside one process and have no
+codec. Adapters build :class:`Inbound` from native events and turn :class:`Outbound` into
+native calls; nothing else in ``bot`` knows a platform.
 """
 
 from __future__ import annotations
@@ -40,10 +50,12 @@ class ThreadRef:
     thread: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict; :meth:`from_json` reads it back to an equal value."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ThreadRef:
+        """Read :meth:`to_json`'s dict; ``thread`` missing or ``""`` becomes ``None``."""
         thread = data.get("thread")
         return cls(
             platform=str(data["platform"]),
@@ -119,6 +131,7 @@ class Outbound:
     ephemeral_to: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (the outbox entry); :meth:`from_json` reads it back equal."""
         return {
             "thread": self.thread.to_json(),
             "text": self.text,
@@ -130,6 +143,7 @@ class Outbound:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Outbound:
+        """Read :meth:`to_json`'s dict (``kind`` defaults to ``reply``)."""
         return cls(
             thread=ThreadRef.from_json(data["thread"]),
             text=str(data["text"]),

@@ -1,14 +1,57 @@
-"""Shared fixtures: one private redis-server per test session, flushed between tests."""
+"""Shared fixtures: one private redis-server per test session, flushed between tests.
+
+Also marks ``e2e`` every test that forks workers or runs a gateway process, so
+``pytest -m "not e2e"`` is the fast suite (a ``pytestmark`` in a conftest marks nothing).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import redis
 
 from bot.redis_server import RedisServer
+
+TESTS = Path(__file__).parent
+# Every test here forks workers or runs a gateway (or console) process.
+E2E_DIRS = frozenset({"e2e", "faults"})
+# Modules whose objects start worker or gateway processes: a test module, or the module
+# of a fixture a test uses, holding one of their objects is an end-to-end test.
+HARNESS_MODULES = frozenset({"bot.testing.stack", "bot.bench.soak", "bot.console_app"})
+
+
+def _modules_of(item: pytest.Item) -> Iterable[ModuleType]:
+    module = getattr(item, "module", None)
+    if module is not None:
+        yield module
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info is not None else ():
+        for fixture_def in defs:
+            name = getattr(fixture_def.func, "__module__", None)
+            if name in sys.modules:
+                yield sys.modules[name]
+
+
+def forks_processes(item: pytest.Item) -> bool:
+    """Whether ``item`` forks workers or runs a gateway process (by path or harness use)."""
+    parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
+    if parts and parts[0] in E2E_DIRS:
+        return True
+    return any(
+        getattr(value, "__module__", None) in HARNESS_MODULES
+        for module in _modules_of(item)
+        for value in vars(module).values()
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if forks_processes(item):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from nio import (
 from pydantic import SecretStr
 
 from bot.config import MatrixSettings
+from bot.testing import until
 from bot.testing.synapse import MatrixUser, Synapse
 from bot.types import Inbound
 
@@ -166,14 +167,11 @@ class Human:
             return await resp.json()
 
     async def wait_joined(self, room_id: str, user_id: str, timeout: float = WAIT) -> None:
-        async def poll() -> None:
-            while True:
-                data = await self.api("GET", f"/_matrix/client/v3/rooms/{room_id}/joined_members")
-                if user_id in data.get("joined", {}):
-                    return
-                await asyncio.sleep(0.1)
+        async def joined() -> bool:
+            data = await self.api("GET", f"/_matrix/client/v3/rooms/{room_id}/joined_members")
+            return user_id in data.get("joined", {})
 
-        await asyncio.wait_for(poll(), timeout)
+        await until(joined, timeout=timeout, every=0.1)
 
     async def thread_events(self, room_id: str, root: str) -> list[dict[str, Any]]:
         """The thread's events as the server's ``/relations`` API lists them."""

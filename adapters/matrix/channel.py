@@ -2,8 +2,12 @@
 
 Conversions live in :mod:`adapters.matrix.convert` and :mod:`adapters.matrix.markup`; this
 module only moves events between the homeserver and the gateway. The sync token is saved
-after each sync has been handed to the sink, so a restart continues where it stopped; the
-very first start skips the room history instead of answering it.
+only after every event of the sync was taken by the sink, so a restart continues where it
+stopped; if the sink fails (Redis down), the token stays and the same batch is fetched
+again after a back-off (events taken before the failure come back too; the gateway dedupes
+them by event id). An event that fails conversion is dropped with a warning instead: it
+would fail again on every retry and hold up the room. The very first start skips the room
+history instead of answering it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from aiohttp import ClientError
+from aiohttp import ClientError, web
 from nio import (
     AsyncClient,
     LocalProtocolError,
@@ -30,10 +34,12 @@ from adapters.matrix import convert
 from adapters.matrix.login import login, make_client
 from adapters.matrix.markup import Chunker, render, render_chunks
 from adapters.matrix.state import SessionFile, SessionState
+from bot.backoff import Backoff
 from bot.chunking import split_markdown
 from bot.config import MatrixSettings
 from bot.errors import DeliveryError
-from bot.ports import InboundSink
+from bot.logs import ThrottledLog
+from bot.ports import InboundSink, PartLog
 from bot.types import Outbound, OutboundKind, Platform, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,10 @@ log = logging.getLogger(__name__)
 FIRST_SYNC_FILTER = {"room": {"timeline": {"limit": 1}}}
 SYNC_FILTER = {"room": {"timeline": {"limit": 50}}}
 TYPING_TIMEOUT_MS = 15_000
+
+
+class SinkRefused(Exception):
+    """The sink did not take an event; the sync that brought it must be redone."""
 
 
 class MatrixChannel:
@@ -69,6 +79,7 @@ class MatrixChannel:
         self._display_name = ""
         self._latest: dict[tuple[str, str], str] = {}
         self._seen_invites: set[str] = set()
+        self._log = ThrottledLog(log, interval=30.0)
 
     @property
     def user_id(self) -> str:
@@ -88,7 +99,10 @@ class MatrixChannel:
             profile = await client.get_displayname(self._session.user_id)
             self._display_name = getattr(profile, "displayname", None) or ""
             first = not self._session.next_batch
-            await self._sync_once(deliver=not first, full_state=True, timeout=0)
+            try:
+                await self._sync_once(deliver=not first, full_state=True, timeout=0)
+            except SinkRefused as exc:
+                self._refused(exc, 0.0)  # the sync loop redoes this batch
         except BaseException:
             await client.close()
             self._client = None
@@ -107,25 +121,34 @@ class MatrixChannel:
             self._client = None
 
     async def _sync_forever(self) -> None:
-        backoff = 1.0
+        backoff = Backoff(base=1.0, cap=60.0)
         while True:
             try:
                 await self._sync_once(
                     deliver=True, full_state=False, timeout=self.settings.sync_timeout_ms
                 )
-                backoff = 1.0
+                backoff.reset()
                 continue
+            except SinkRefused as exc:
+                wait = backoff.next()
+                self._refused(exc, wait)
             except DeliveryError as exc:
-                wait = exc.retry_after or backoff
+                wait = exc.retry_after or backoff.next()
                 log.warning("matrix: sync failed (%s); retrying in %.1fs", exc, wait)
             except (ClientError, TimeoutError) as exc:
-                wait = backoff
+                wait = backoff.next()
                 log.warning("matrix: sync connection failed (%s); retrying in %.1fs", exc, wait)
             except Exception:
-                wait = backoff
+                wait = backoff.next()
                 log.exception("matrix: sync failed; retrying in %.1fs", wait)
             await asyncio.sleep(wait)
-            backoff = min(backoff * 2, 60.0)
+
+    def _refused(self, exc: SinkRefused, wait: float) -> None:
+        cause = exc.__cause__
+        self._log.warning(
+            "sink", "matrix: the gateway did not take event %s (%s: %s); syncing the same "
+            "batch again in %.1fs", exc, type(cause).__name__, cause, wait,
+        )  # fmt: skip
 
     async def _sync_once(self, *, deliver: bool, full_state: bool, timeout: int) -> None:
         client, session = self._require()
@@ -230,17 +253,20 @@ class MatrixChannel:
             self._latest[(room.room_id, inbound.thread.thread)] = inbound.message_id
         try:
             await self._sink(inbound)
-        except Exception:
-            log.exception("matrix: sink failed for event %s", inbound.message_id)
+        except Exception as exc:  # not taken: fail the sync, so its token is not saved
+            raise SinkRefused(inbound.message_id) from exc
 
     def _require(self) -> tuple[AsyncClient, SessionState]:
         if self._client is None or self._session is None:
             raise DeliveryError("matrix adapter is not started")
         return self._client, self._session
 
-    async def send(self, message: Outbound) -> list[str]:
-        """Post ``message`` into its room and thread; returns the event ids.
+    async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
+        """Post the parts of ``message`` not posted yet into its room and thread; return
+        every part's event id.
 
+        Exactly once: each part's transaction id comes from the outbox key and the part's
+        index, so re-sending a part in doubt returns the event the homeserver already has.
         Matrix has no ephemeral messages, so ``ephemeral_to`` is posted like any reply.
         """
         if message.edit_of:
@@ -248,11 +274,12 @@ class MatrixChannel:
             return [message.edit_of]
         msgtype = "m.notice" if message.kind == OutboundKind.STATUS else "m.text"
         room_id, root = message.thread.chat, message.thread.thread
-        parts = render_chunks(
+        chunks = render_chunks(
             message.text, limit=self.settings.max_message_chars, chunker=self.chunker
         )
-        ids: list[str] = []
-        for index, part in enumerate(parts):
+        book = parts or PartLog(key=message.idempotency_key)
+        for index in book.todo(len(chunks)):
+            part = chunks[index]
             content = convert.message_content(
                 body=part.body,
                 html=part.html,
@@ -260,12 +287,16 @@ class MatrixChannel:
                 thread=root,
                 latest=self._latest.get((room_id, root)) if root else None,
             )
-            key = f"{message.idempotency_key}:{index}" if message.idempotency_key else None
+            key = f"{book.key}:{index}" if book.key else None
             event_id = await self._room_send(room_id, content, key)
             if root:
                 self._latest[(room_id, root)] = event_id
-            ids.append(event_id)
-        return ids
+            await book.record(index, event_id)
+        return book.ids(len(chunks))
+
+    def http_routes(self) -> list[web.RouteDef]:
+        """None: Matrix is read by syncing, not by webhooks."""
+        return []
 
     async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
         """Replace a status message's text with an ``m.replace`` edit."""

@@ -1,11 +1,13 @@
 """The Slack channel's I/O shell: a slack-bolt ``AsyncApp`` in front, the Web API behind.
 
 Ingress arrives over Socket Mode (default) or as signed HTTP events served by the
-gateway's aiohttp app (:meth:`SlackChannel.http_routes`). Bolt verifies signatures,
-answers ``url_verification``, drops the bot's own events and acks. Listeners run before
-the ack (``process_before_response``): an event is acknowledged only after the sink took
-it, so a crash in between makes Slack retry instead of losing the message (the gateway
-dedupes). Everything else is :mod:`adapters.slack.convert` and :mod:`adapters.slack.markup`.
+gateway's aiohttp app (:meth:`SlackChannel.http_routes`). An HTTP request is checked first
+(:mod:`adapters.slack.http`: signature over the raw bytes, then the body's shape); bolt
+then answers ``url_verification`` and acks. Listeners run before the ack
+(``process_before_response``): an event is acknowledged only after the sink took it
+(:mod:`adapters.slack.ingest` retries it meanwhile), so a crash or a Redis outage makes
+Slack retry instead of losing the message (the gateway dedupes). Everything else is
+:mod:`adapters.slack.convert` and :mod:`adapters.slack.markup`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections import OrderedDict
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,22 +25,32 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
-from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import convert, markup
+from adapters.slack import http as slack_http
+from adapters.slack import parts as slack_parts
+from adapters.slack.ingest import Holder
 from adapters.slack.retry import TRANSIENT_EXCEPTIONS, BoundedRateLimitRetryHandler, delivery_error
 from bot.config import SlackSettings
 from bot.errors import ConfigError, DeliveryError
-from bot.ports import InboundSink
+from bot.logs import ThrottledLog
+from bot.ports import InboundSink, PartLog
 from bot.types import Inbound, Outbound, Platform, ThreadRef
 
 log = logging.getLogger(__name__)
 
 TYPING_TIMEOUT_SECONDS = 1.5
-REMEMBERED_SENDS = 1024
+HTTP_WAIT_SECONDS = 2.0
+"""How long an HTTP delivery waits for the sink: Slack gives up on an answer after 3 s."""
+COMMAND_WAIT_SECONDS = 2.0
+COMMAND_UNAVAILABLE = (
+    "⚠️ I could not take this command just now (my state store is unavailable). "
+    "Please try again in a minute."
+)
 _AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked"})
 
 
@@ -66,16 +78,16 @@ class SlackChannel:
         self._app: AsyncApp | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._sink: InboundSink | None = None
+        self._holder: Holder | None = None
+        self._junk = ThrottledLog(log)
         self.identity: convert.BotIdentity | None = None
-        # Timestamps already posted per idempotency key, so the outbox retrying a split
-        # message (after a 429 on part 5, say) resumes there instead of reposting 1-4.
-        self._sent: OrderedDict[str, list[str]] = OrderedDict()
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, sink: InboundSink) -> None:
         """Check the token (``auth.test``), build the bolt app, connect Socket Mode."""
         self._sink = sink
+        self._holder = Holder(sink=sink)
         self._session = aiohttp.ClientSession()
         self._client = AsyncWebClient(
             token=_secret(self._settings.bot_token),
@@ -100,6 +112,9 @@ class SlackChannel:
         socket, self._socket = self._socket, None
         if socket is not None:
             await socket.close_async()  # type: ignore[no-untyped-call]
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            await holder.close()  # what it held stays unacked: Slack redelivers it
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -129,6 +144,7 @@ class SlackChannel:
         )
         app.event(re.compile(r".*"))(self._on_event)
         app.command(re.compile(r"^/.+"))(self._on_command)
+        app.error(self._on_bolt_error)
         return app
 
     async def _connect_socket(self, app: AsyncApp, client: AsyncWebClient) -> None:
@@ -151,22 +167,43 @@ class SlackChannel:
 
     # -- ingress ---------------------------------------------------------------------------
 
-    async def _on_event(self, body: dict[str, Any]) -> None:
+    async def _on_event(self, body: dict[str, Any]) -> BoltResponse | None:
+        inbound = None
         if self.identity is not None:
-            me = self.identity
-            await self._deliver(_converted(convert.event_to_inbound, body, me))
+            inbound = _converted(convert.event_to_inbound, body, self.identity)
+        if inbound is None or self._holder is None:
+            return None  # acked: nothing to hand over
+        # Socket Mode holds the envelope until the sink took the message; HTTP must answer
+        # within 3 s, so it answers 503 (Slack retries) while the holder keeps trying.
+        wait = None if self._settings.mode == "socket" else HTTP_WAIT_SECONDS
+        if await self._holder.deliver(inbound, wait=wait):
+            return None
+        return BoltResponse(status=503, body="not taken yet; retry")
 
-    async def _on_command(self, ack: Callable[[], Awaitable[Any]], body: dict[str, Any]) -> None:
-        await ack()
+    async def _on_command(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any]) -> None:
+        inbound = None
         if self.identity is not None:
             me, name = self.identity, self._settings.slash_command
-            await self._deliver(
-                _converted(convert.command_to_inbound, body, me, slash_command=name)
-            )
+            inbound = _converted(convert.command_to_inbound, body, me, slash_command=name)
+        if inbound is None or self._holder is None:
+            await ack()
+            return
+        # Slack never redelivers a slash command, and a late one would surprise its author:
+        # one bounded try, and an honest answer when it failed.
+        if await self._holder.try_once(inbound, timeout=COMMAND_WAIT_SECONDS):
+            await ack()
+        else:
+            await ack(text=COMMAND_UNAVAILABLE)
 
-    async def _deliver(self, inbound: Inbound | None) -> None:
-        if inbound is not None and self._sink is not None:
-            await self._sink(inbound)
+    async def _on_bolt_error(self, error: Exception) -> BoltResponse:
+        # Reached only by a payload bolt's middleware cannot digest (the sink's failures are
+        # handled in the listeners): one throttled line, no traceback. Socket Mode acks it,
+        # since a retry would fail the same way; HTTP answers 400 (Slack retries 3 times).
+        self._junk.warning(
+            "bolt", "slack: dropped a payload bolt could not handle (%s: %.200s)",
+            type(error).__name__, error,
+        )  # fmt: skip
+        return BoltResponse(status=200 if self._settings.mode == "socket" else 400, body="")
 
     def http_routes(self) -> list[web.RouteDef]:
         """The Events API / slash-command endpoint for the gateway's aiohttp app.
@@ -178,61 +215,89 @@ class SlackChannel:
         return [web.post(self._settings.http_path, self._handle_http)]
 
     async def _handle_http(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.text()
-        verifier = SignatureVerifier(signing_secret=_secret(self._settings.signing_secret))
-        if not verifier.is_valid(
+        raw = await request.read()
+        rejected = slack_http.check(
+            secret=_secret(self._settings.signing_secret),
             body=raw,
-            timestamp=request.headers.get("X-Slack-Request-Timestamp", ""),
-            signature=request.headers.get("X-Slack-Signature", ""),
-        ):
-            return web.json_response({"error": "invalid signature"}, status=401)
-        try:
-            bolt_request = AsyncBoltRequest(
-                body=raw, query=request.query_string, headers=dict(request.headers)
-            )
-        except (ValueError, TypeError, AttributeError):
-            return web.json_response({"error": "malformed body"}, status=400)
-        if not isinstance(bolt_request.body, dict) or not bolt_request.body:
-            return web.json_response({"error": "malformed body"}, status=400)
+            headers=request.headers,
+            now=time.time(),
+        )
+        if rejected is not None:
+            # Unauthenticated junk can come in floods: a line a minute per kind, no traceback.
+            self._junk.warning(
+                f"http-{rejected.status}", "slack: refused an HTTP request with %d: %s",
+                rejected.status, rejected.reason,
+            )  # fmt: skip
+            return web.json_response({"error": rejected.reason}, status=rejected.status)
         if self._app is None:
             return web.json_response({"error": "not started"}, status=503)
+        try:
+            bolt_request = AsyncBoltRequest(
+                body=raw.decode(), query=request.query_string, headers=dict(request.headers)
+            )
+        except (ValueError, TypeError, AttributeError, LookupError) as exc:
+            # A shape the checks above do not know of yet; still no 500 and no traceback.
+            self._junk.warning(
+                "http-bolt", "slack: refused an HTTP request bolt cannot read: %s", exc
+            )
+            return web.json_response({"error": "malformed body"}, status=400)
         return await to_aiohttp_response(await self._app.async_dispatch(bolt_request))
 
     # -- egress ----------------------------------------------------------------------------
 
-    async def send(self, message: Outbound) -> list[str]:
-        """Post ``message`` into its thread (split below Slack's limit); return the ts list."""
-        client = self._require_client()
-        parts = self._chunker(markup.to_mrkdwn(message.text), self._settings.max_message_chars)
-        thread_ts = message.thread.thread or None
-        key = message.idempotency_key
-        ids = list(self._sent.get(key, [])) if key else []
-        for part in parts[len(ids) :]:
-            try:
-                if message.ephemeral_to:
-                    resp = await client.chat_postEphemeral(
-                        channel=message.thread.chat,
-                        user=message.ephemeral_to,
-                        text=part,
-                        thread_ts=thread_ts,
-                    )
-                    ids.append(str(resp.get("message_ts", "")))
-                else:
-                    resp = await client.chat_postMessage(
-                        channel=message.thread.chat, text=part, thread_ts=thread_ts
-                    )
-                    ids.append(str(resp["ts"]))
-            except TRANSIENT_EXCEPTIONS as exc:
-                raise delivery_error(exc, posted=len(ids)) from exc
-            if key:
-                self._remember(key, ids)
-        return ids
+    async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
+        """Post the parts of ``message`` not posted yet into its thread; return every ts.
 
-    def _remember(self, key: str, ids: list[str]) -> None:
-        self._sent[key] = list(ids)
-        self._sent.move_to_end(key)
-        while len(self._sent) > REMEMBERED_SENDS:
-            self._sent.popitem(last=False)
+        Public parts carry metadata naming their outbox key and index; a part in doubt is
+        looked for in the thread before it is posted again, so none appears twice.
+        """
+        client = self._require_client()
+        texts = self._chunker(markup.to_mrkdwn(message.text), self._settings.max_message_chars)
+        book = parts or PartLog(key=message.idempotency_key)
+        if book.in_doubt and book.key and not message.ephemeral_to and book.todo(len(texts)):
+            await self._find_posted(client, message, book)
+        for index in book.todo(len(texts)):
+            await book.record(index, await self._post(client, message, texts[index], index, book))
+        return book.ids(len(texts))
+
+    async def _post(
+        self, client: AsyncWebClient, message: Outbound, text: str, index: int, book: PartLog
+    ) -> str:
+        channel, thread_ts = message.thread.chat, message.thread.thread or None
+        try:
+            if message.ephemeral_to:
+                user = message.ephemeral_to
+                resp = await client.chat_postEphemeral(
+                    channel=channel, user=user, text=text, thread_ts=thread_ts
+                )
+                return str(resp.get("message_ts", ""))
+            meta = slack_parts.metadata(book.key, index) if book.key else None
+            resp = await client.chat_postMessage(
+                channel=channel, text=text, thread_ts=thread_ts, metadata=meta
+            )
+            return str(resp["ts"])
+        except TRANSIENT_EXCEPTIONS as exc:
+            raise delivery_error(exc, posted=len(book.posted)) from exc
+
+    async def _find_posted(self, client: AsyncWebClient, message: Outbound, book: PartLog) -> None:
+        """Record the parts Slack already shows for ``book.key`` (a send that died midway)."""
+        try:
+            found = await slack_parts.find_posted(
+                client,
+                channel=message.thread.chat,
+                thread_ts=message.thread.thread or None,
+                key=book.key,
+                since=book.since,
+            )
+        except TRANSIENT_EXCEPTIONS as exc:
+            error = delivery_error(exc)
+            if not slack_parts.refused(exc):
+                raise error from exc  # not now: the outbox retries later
+            log.warning("slack: cannot look for parts already posted (%s); posting again", error)
+            return
+        for index, ts in sorted(found.items()):
+            if index not in book.posted:
+                await book.record(index, ts)
 
     async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
         """Replace a status message's text with ``chat.update`` (truncated to one part)."""

@@ -1,16 +1,17 @@
 """The Telegram channel: python-telegram-bot's ``Application`` as a fanbot ChannelAdapter.
 
-Ingress is long polling (PTB's ``Updater``) unless a webhook URL is configured; then
+Ingress is long polling (:mod:`adapters.telegram.polling`, which moves the offset past an
+update only once the sink took it) unless a webhook URL is configured; then
 :meth:`TelegramChannel.http_routes` gives the gateway a route that checks Telegram's
 secret-token header and hands each update to the sink before answering 200, so a failed
-sink makes Telegram redeliver (the gateway dedupes). Egress renders markdown to Telegram
-HTML, splits it under 4096 UTF-16 units and maps PTB errors to
-:class:`~bot.errors.DeliveryError`.
+sink (a 503) makes Telegram redeliver. Either way the gateway dedupes a redelivery.
+Egress renders markdown to Telegram HTML, splits it under 4096 UTF-16 units and maps PTB
+errors to :class:`~bot.errors.DeliveryError`. PTB's ``Application`` is used for its bot
+only: its ``Updater`` would confirm an update before the sink took it.
 
-Restart semantics (polling): PTB's ``Updater.stop()`` calls ``getUpdates`` once more with
-the last offset, which confirms every fetched update to Telegram, and
-``Application.stop()`` then drains its queue, so updates fetched before a stop are
-processed once and not fetched again after a restart.
+Restart semantics (polling): :meth:`TelegramChannel.stop` calls ``getUpdates`` once more
+with the offset of the first update not taken, which confirms exactly the ones taken, so
+they are not fetched again after a restart and the others are.
 
 Secrets: the Bot API puts the token in every URL, and httpx logs each request URL at INFO
 (PTB logs its base URL at DEBUG). While started, the channel redacts its token in those
@@ -20,18 +21,18 @@ raises carry no token either (their text ends up in logs and in the dead-letter 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dtm
 import hmac
-import json
 import logging
 import os
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from aiohttp import web
-from telegram import BotCommand, LinkPreviewOptions, Update
+from telegram import BotCommand, LinkPreviewOptions
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import (
     BadRequest,
@@ -41,13 +42,15 @@ from telegram.error import (
     RetryAfter,
     TelegramError,
 )
-from telegram.ext import Application, ContextTypes, TypeHandler
+from telegram.ext import Application
 
 from adapters.telegram.convert import COMMANDS, BotIdentity, destination, to_inbound
 from adapters.telegram.markup import Part, Splitter, render_parts
+from adapters.telegram.polling import Poller
+from bot import jsonsafe
 from bot.errors import DeliveryError
-from bot.logs import RedactSecrets
-from bot.ports import InboundSink
+from bot.logs import RedactSecrets, ThrottledLog
+from bot.ports import InboundSink, PartLog
 from bot.types import Outbound, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -60,9 +63,14 @@ os.environ.setdefault("PTB_TIMEDELTA", "true")
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ("message", "edited_message")
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
-_REMEMBERED_SENDS = 1024
 # Loggers that write request URLs (and so the token): httpx per request, PTB's bots once.
-_URL_LOGGERS = ("httpx", "telegram.Bot", "telegram.ext.ExtBot", __name__)
+_URL_LOGGERS = (
+    "httpx",
+    "telegram.Bot",
+    "telegram.ext.ExtBot",
+    __name__,
+    "adapters.telegram.polling",
+)
 T = TypeVar("T")
 
 
@@ -102,9 +110,9 @@ class TelegramChannel:
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._me: BotIdentity | None = None
         self._sink: InboundSink | None = None
-        # Message ids already posted per idempotency key, so a retried multi-part send
-        # resumes after the last accepted part instead of posting earlier parts twice.
-        self._sent: OrderedDict[str, list[str]] = OrderedDict()
+        self._poller: Poller | None = None
+        self._polling: asyncio.Task[None] | None = None
+        self._junk = ThrottledLog(log)
         self._redact = RedactSecrets([token])
 
     @property
@@ -118,17 +126,14 @@ class TelegramChannel:
     async def start(self, sink: InboundSink) -> None:
         for name in _URL_LOGGERS:
             logging.getLogger(name).addFilter(self._redact)
-        builder = (
+        app = (
             Application.builder()
             .token(self._token)
             .base_url(self._api_url)
             .base_file_url(self._file_url)
+            .updater(None)  # see the module docstring: we poll ourselves
+            .build()
         )
-        if self._webhook_url:
-            builder = builder.updater(None)
-        app = builder.build()
-        app.add_handler(TypeHandler(Update, self._on_update))
-        app.add_error_handler(self._on_error)
         await app.initialize()  # getMe
         self._app, self._sink = app, sink
         self._me = BotIdentity(id=app.bot.id, username=app.bot.username or "")
@@ -139,21 +144,31 @@ class TelegramChannel:
                 secret_token=self._webhook_secret,
                 allowed_updates=ALLOWED_UPDATES,
             )
-        elif app.updater is not None:
-            await app.updater.start_polling(
-                timeout=dtm.timedelta(seconds=self._poll_timeout),
-                allowed_updates=ALLOWED_UPDATES,
-            )
-        await app.start()
+        else:
+            await app.bot.delete_webhook()  # getUpdates is refused while a webhook is set
+            self._start_polling(app)
         log.info("telegram: @%s started (%s)", self._me.username, self.mode)
 
+    def _start_polling(self, app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+        self._poller = Poller(
+            bot=app.bot,
+            deliver=self._deliver,
+            timeout=self._poll_timeout,
+            allowed_updates=ALLOWED_UPDATES,
+        )
+        self._polling = asyncio.create_task(self._poller.run(), name="telegram-polling")
+
     async def stop(self) -> None:
+        polling, self._polling = self._polling, None
+        if polling is not None:
+            polling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await polling
+        if self._poller is not None and self._app is not None:
+            await self._poller.confirm()  # see the module docstring
+        self._poller = None
         app, self._app = self._app, None
         if app is not None:
-            if app.updater is not None and app.updater.running:
-                await app.updater.stop()  # confirms the last offset (see module docstring)
-            if app.running:
-                await app.stop()
             await app.shutdown()
         for name in _URL_LOGGERS:
             logging.getLogger(name).removeFilter(self._redact)
@@ -170,26 +185,27 @@ class TelegramChannel:
         return [web.post(path, self._on_webhook)]
 
     # -- ingress ---------------------------------------------------------------------------
-    async def _on_update(self, update: Update, _: ContextTypes.DEFAULT_TYPE) -> None:
-        await self._deliver(update.to_dict())
-
-    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        log.error("telegram: handling an update failed", exc_info=context.error)
-
     async def _on_webhook(self, request: web.Request) -> web.Response:
         given = request.headers.get(SECRET_HEADER, "")
         expected = self._webhook_secret or ""
         if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+            self._junk.warning("403", "telegram: refused a webhook call without the secret")
             return web.Response(status=403, text="forbidden")
-        try:
-            data = json.loads(await request.text())
-        except ValueError:
-            return web.Response(status=400, text="malformed update")
-        if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
+        data = _update_of(await request.read())
+        if data is None:
+            # 400, not 200: a body that is not an update did not come from Telegram.
+            self._junk.warning("400", "telegram: refused a webhook body that is not an update")
             return web.Response(status=400, text="malformed update")
         if self._me is None or self._sink is None:
             return web.Response(status=503, text="not started")
-        await self._deliver(data)  # an exception here is a 500: Telegram redelivers
+        try:
+            await self._deliver(data)
+        except Exception as exc:  # not taken: Telegram redelivers anything but a 2xx
+            self._junk.warning(
+                "sink", "telegram: the gateway did not take update %s (%s: %s); answering 503",
+                data["update_id"], type(exc).__name__, exc,
+            )  # fmt: skip
+            return web.Response(status=503, text="not taken; retry")
         return web.Response(status=200)
 
     async def _deliver(self, data: dict[str, Any]) -> None:
@@ -206,16 +222,18 @@ class TelegramChannel:
             await self._sink(inbound)
 
     # -- egress ----------------------------------------------------------------------------
-    async def send(self, message: Outbound) -> list[str]:
+    async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
+        """Post the parts of ``message`` not posted yet; return every part's message id.
+
+        At least once: the Bot API lets a bot read nothing back, so a part in doubt (posted,
+        then the gateway died before recording it) is posted again.
+        """
         chat_id, topic = _destination(message.thread)
-        parts = render_parts(message.text, splitter=self._splitter)
-        key = message.idempotency_key
-        ids = list(self._sent.get(key, [])) if key else []
-        for part in parts[len(ids) :]:
-            ids.append(await self._post(chat_id, topic, part))
-            if key:
-                self._remember(key, ids)
-        return ids
+        rendered = render_parts(message.text, splitter=self._splitter)
+        book = parts or PartLog(key=message.idempotency_key)
+        for index in book.todo(len(rendered)):
+            await book.record(index, await self._post(chat_id, topic, rendered[index]))
+        return book.ids(len(rendered))
 
     async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
         chat_id, _ = _destination(thread)
@@ -267,12 +285,6 @@ class TelegramChannel:
             return error
         return DeliveryError(message, retry_after=error.retry_after, permanent=error.permanent)
 
-    def _remember(self, key: str, ids: list[str]) -> None:
-        self._sent[key] = list(ids)
-        self._sent.move_to_end(key)
-        while len(self._sent) > _REMEMBERED_SENDS:
-            self._sent.popitem(last=False)
-
     def _bot(self) -> Any:
         if self._app is None:
             raise DeliveryError("telegram channel is not started")
@@ -288,6 +300,17 @@ async def _plain_fallback(attempt: Callable[[str, str | None], Awaitable[T]], pa
             raise
         log.warning("telegram: HTML rejected (%s); sending as plain text", err.message)
         return await attempt(part.source, None)
+
+
+def _update_of(body: bytes) -> dict[str, Any] | None:
+    """The update in a webhook body, or ``None`` (not UTF-8 JSON, too deep, no update id)."""
+    try:
+        data = jsonsafe.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
+        return None
+    return data
 
 
 def _destination(thread: ThreadRef) -> tuple[int, int | None]:

@@ -16,6 +16,7 @@ import redis
 
 from bot.bench.stats import summary
 from bot.keys import Keys
+from bot.ports import PartLog
 from bot.redis_server import RedisServer
 from bot.store.runs import RunsRegistry
 from bot.testing.channel import MemoryChannel
@@ -40,8 +41,8 @@ class TimedChannel(MemoryChannel):
         super().__init__()
         self.delivered_at: dict[str, float] = {}
 
-    async def send(self, message: Outbound) -> list[str]:
-        ids = await super().send(message)
+    async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
+        ids = await super().send(message, parts=parts)
         if message.kind is OutboundKind.ANNOUNCE:
             self.delivered_at[message.idempotency_key.removeprefix("announce:")] = time.time()
         return ids

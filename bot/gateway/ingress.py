@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import uuid
 from dataclasses import dataclass
 
 from bot.clip import clip
@@ -20,12 +21,37 @@ from bot.commands.parse import parse_command
 from bot.commands.router import CommandRequest, CommandRouter
 from bot.config import PlatformAccess, Settings
 from bot.deps import Deps
+from bot.errors import InboundBusy
 from bot.sessions import requester_session_key
-from bot.store.jobs import TurnJob
+from bot.store.dedupe import Claimed, Dedupe
+from bot.store.jobs import TurnJob, new_turn_job_id
 from bot.store.streams import put_outbound
 from bot.types import Inbound, Outbound, OutboundKind
 
 log = logging.getLogger(__name__)
+
+CLAIM_SECONDS = 30
+"""How long a delivery that died before enqueueing holds up the redeliveries of its event."""
+
+
+class Admit(enum.StrEnum):
+    """What to do with one delivery of an inbound event, given its claim."""
+
+    HANDLE = "handle"
+    DUPLICATE = "duplicate"
+    BUSY = "busy"
+    TAKE_OVER = "take over"
+
+
+def admit(claimed: Claimed, *, other_job_exists: bool, hold_seconds: float) -> Admit:
+    """The dedupe decision (pure; see :mod:`bot.store.dedupe`)."""
+    if claimed.mine:
+        return Admit.HANDLE
+    if claimed.done or other_job_exists:
+        return Admit.DUPLICATE  # handled, or its delivery died after enqueueing
+    if claimed.age < hold_seconds:
+        return Admit.BUSY
+    return Admit.TAKE_OVER  # that delivery died before enqueueing
 
 
 class Verdict(enum.StrEnum):
@@ -111,10 +137,35 @@ class Ingress:
         )
 
     def handle(self, inbound: Inbound) -> IngressResult:
+        """Handle ``inbound`` once, however often the platform delivers it.
+
+        Raises:
+            InboundBusy: another delivery of the same event is being handled: the adapter
+                leaves this one unconfirmed and retries it (see :mod:`bot.store.dedupe`).
+        """
+        platform, event = inbound.thread.platform, inbound.dedupe_id
+        ttl = self.deps.settings.gateway.dedupe_ttl_seconds
+        token = uuid.uuid4().hex
+        job_id = new_turn_job_id(token)
+        value = Dedupe.claim_value(token, job_id)
+        claimed = self.deps.dedupe.claim(platform, event, value=value, ttl=ttl)
+        exists = bool(claimed.job_id) and not claimed.mine and self.deps.jobs.exists(claimed.job_id)
+        action = admit(claimed, other_job_exists=exists, hold_seconds=CLAIM_SECONDS)
+        if action is Admit.TAKE_OVER and not self.deps.dedupe.take_over(
+            platform, event, old=claimed.value, new=value, ttl=ttl
+        ):
+            action = Admit.BUSY
+        if action is Admit.BUSY:
+            raise InboundBusy(f"another delivery of {platform} event {event} is in progress")
+        if action is Admit.DUPLICATE:
+            result = IngressResult(verdict=Verdict.ACCEPT, duplicate=True)
+        else:
+            result = self._handle_new(inbound, claimed.job_id if claimed.mine else job_id)
+        self.deps.dedupe.done(platform, event, ttl=ttl)
+        return result
+
+    def _handle_new(self, inbound: Inbound, job_id: str) -> IngressResult:
         s = self.deps.settings
-        ttl = s.gateway.dedupe_ttl_seconds
-        if not self.deps.dedupe.first_time(inbound.thread.platform, inbound.dedupe_id, ttl=ttl):
-            return IngressResult(verdict=Verdict.ACCEPT, duplicate=True)
         inbound, cut = cap_inbound(inbound, s.gateway.max_inbound_chars)
         session_key = self.session_key(inbound)
         verdict = decide(
@@ -129,7 +180,9 @@ class Ingress:
         if cut:
             self._tell_cut(inbound, cut)
         command = parse_command(inbound.text)
-        if command is not None and (command.known or self.router.handles(command)):
+        # Any /word is answered here (an unknown one with "Unknown command"), never
+        # spawning a model turn; a path such as /usr/bin at the start is text.
+        if command is not None and (command.is_word or self.router.handles(command)):
             request = CommandRequest(
                 command=command, inbound=inbound, session_key=session_key, deps=self.deps
             )
@@ -137,10 +190,12 @@ class Ingress:
                 inbound, self.router.dispatch(request), ephemeral=inbound.thread.thread is None
             )
             return IngressResult(verdict=verdict, session_key=session_key)
-        job_id = self._enqueue_turn(inbound, session_key)
+        self._enqueue_turn(inbound, session_key, job_id)
         return IngressResult(verdict=verdict, session_key=session_key, job_id=job_id)
 
-    def _enqueue_turn(self, inbound: Inbound, session_key: str) -> str:
+    def _enqueue_turn(self, inbound: Inbound, session_key: str, job_id: str) -> None:
+        if self.deps.jobs.exists(job_id):  # an earlier delivery enqueued it, then died
+            return
         payload = TurnJob(
             session_key=session_key,
             thread=inbound.thread.to_json(),
@@ -152,7 +207,9 @@ class Ingress:
             agent_id=self.deps.settings.agent_id,
             is_dm=inbound.is_dm,
         )
-        return self.deps.jobs.enqueue_turn(payload, timeout=self.deps.settings.turn_timeout_seconds)
+        self.deps.jobs.enqueue_turn(
+            payload, job_id=job_id, timeout=self.deps.settings.turn_timeout_seconds
+        )
 
     def _tell_cut(self, inbound: Inbound, cut: int) -> None:
         limit = self.deps.settings.gateway.max_inbound_chars

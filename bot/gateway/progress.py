@@ -1,31 +1,30 @@
 """Progress: one status message per run, edited at most every few seconds.
 
 Reads the capped progress stream from "now" (progress is ephemeral: a restarted gateway
-picks up with the next event). The status message's platform id is kept in Redis so a
-restarted gateway edits the same message instead of posting a new one.
+picks up with the next event). The status message's platform id is kept in Redis
+(:class:`bot.store.progress.ProgressStore`) so a restarted gateway edits the same
+message instead of posting a new one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis.asyncio as aioredis
 
 from bot.errors import DeliveryError
 from bot.gateway.egress import cancel_all, reraise_if_cancelling
 from bot.keys import Keys
-from bot.ports import ChannelAdapter
+from bot.ports import OutboundChannel
 from bot.runs.render import icon
+from bot.store.progress import ProgressEvent, ProgressStore
 from bot.types import Outbound, OutboundKind, ThreadRef
 
 log = logging.getLogger(__name__)
-
 
 
 def status_text(title: str, text: str, *, final: bool) -> str:
@@ -61,12 +60,11 @@ class ProgressRenderer:
         *,
         redis: aioredis.Redis,
         keys: Keys,
-        adapters: Mapping[str, ChannelAdapter],
+        adapters: Mapping[str, OutboundChannel],
         min_interval: float,
         title_of: Callable[[str], str],
     ) -> None:
-        self.redis = redis
-        self.keys = keys
+        self.store = ProgressStore(redis=redis, keys=keys)
         self.adapters = adapters
         self.min_interval = min_interval
         self.title_of = title_of
@@ -76,32 +74,24 @@ class ProgressRenderer:
         last_id = "$"
         while True:
             try:
-                replies: Any = await self.redis.xread(
-                    {self.keys.progress: last_id}, count=200, block=1000
-                )
+                events = await self.store.read(last_id)
+                for entry_id, event in events:
+                    last_id = entry_id
+                    if event is not None:
+                        await self._on_event(event)
             except (aioredis.ConnectionError, aioredis.TimeoutError, OSError):
                 reraise_if_cancelling()
                 await asyncio.sleep(1.0)
-                continue
-            for _stream, entries in replies or []:
-                for entry_id, fields in entries:
-                    last_id = entry_id
-                    await self._on_event(fields)
 
-    async def _on_event(self, fields: Mapping[str, str]) -> None:
-        try:
-            run_id = fields["run_id"]
-            thread = ThreadRef.from_json(json.loads(fields["thread"]))
-        except (KeyError, ValueError, TypeError):
-            return
+    async def _on_event(self, event: ProgressEvent) -> None:
+        run_id, final = event.run_id, event.final
         state = self._runs.get(run_id)
         if state is None:
             title = await asyncio.to_thread(self.title_of, run_id)
-            state = self._runs[run_id] = _RunStatus(thread=thread, title=title)
-            known: Any = await self.redis.hget(self.keys.status_message(run_id), "id")
+            known = await self.store.status_message(run_id)
+            state = self._runs[run_id] = _RunStatus(thread=event.thread, title=title)
             state.message_id = known
-        final = bool(fields.get("final"))
-        text = status_text(state.title, fields.get("text", ""), final=final)
+        text = status_text(state.title, event.text, final=final)
         if final:
             await self._show(run_id, state, text)
             if state.flush:
@@ -133,8 +123,7 @@ class ProgressRenderer:
                 ids = await adapter.send(status)
                 if ids:
                     state.message_id = ids[0]
-                    await self.redis.hset(self.keys.status_message(run_id), "id", ids[0])
-                    await self.redis.expire(self.keys.status_message(run_id), 7 * 86_400)
+                    await self.store.remember_status(run_id, ids[0])
             else:
                 await adapter.edit(state.thread, state.message_id, text)
         except DeliveryError as exc:  # progress is best effort; the announce is not

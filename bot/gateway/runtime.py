@@ -16,19 +16,37 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 from aiohttp import web
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisError
 
 from bot.commands import default_router
 from bot.commands.router import CommandRouter
 from bot.config import Settings
 from bot.deps import Deps
+from bot.errors import InboundBusy, RedisUnavailable
 from bot.gateway.egress import Egress, cancel_all
 from bot.gateway.ingress import Ingress, IngressResult
 from bot.gateway.progress import ProgressRenderer
+from bot.gateway.starter import AdapterStarter, platform_urls
 from bot.ports import ChannelAdapter
 from bot.runs.render import title
 from bot.types import Inbound
 
 log = logging.getLogger(__name__)
+
+
+def async_client(url: str) -> aioredis.Redis:
+    """The gateway's async client: a command that meets a connection Redis closed (a
+    restart) reconnects and runs again within about a second, instead of failing."""
+    return aioredis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_connect_timeout=5,
+        health_check_interval=15,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=8),
+        retry_on_error=[aioredis.ConnectionError, aioredis.TimeoutError],
+    )
 
 
 class Gateway:
@@ -54,9 +72,7 @@ class Gateway:
         self.adapters = {a.platform: a for a in adapters}
         self.ingress = Ingress(deps=self.deps, router=router or default_router())
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.aredis = aioredis.Redis.from_url(
-            settings.redis_url, decode_responses=True, socket_connect_timeout=5
-        )
+        self.aredis = async_client(settings.redis_url)
         self.egress = Egress(
             redis=self.aredis,
             keys=self.deps.keys,
@@ -73,6 +89,13 @@ class Gateway:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._http: web.AppRunner | None = None
+        self.starter = AdapterStarter(
+            sink=self.ingest, urls=platform_urls(settings), on_started=self._adapter_started
+        )
+        # Entries for a platform whose adapter is still starting wait rather than spend
+        # their retries (an outage at start-up would dead-letter them otherwise).
+        self._starting = set(self.adapters)
+        self.egress.sender.starting = lambda: self._starting
 
     def _run_title(self, run_id: str) -> str:
         record = self.deps.runs.get(run_id)
@@ -84,13 +107,17 @@ class Gateway:
             asyncio.create_task(self.egress.run(), name="egress"),
             asyncio.create_task(self.progress.run(), name="progress"),
         ]
-        for adapter in self.adapters.values():
-            await adapter.start(self.ingest)
-            log.info("adapter %s started", adapter.platform)
+        # Each adapter on its own: one whose platform is down is retried in the background.
+        await self.starter.start_all(self.adapters.values())
+        self._starting.intersection_update(self.starter.retrying)  # refused ones: not waited for
         await self._start_http()
 
+    def _adapter_started(self, adapter: ChannelAdapter) -> None:
+        self._starting.discard(adapter.platform)
+        log.info("adapter %s started", adapter.platform)
+
     async def _start_http(self) -> None:
-        routes = [r for a in self.adapters.values() for r in getattr(a, "http_routes", list)()]
+        routes = [r for a in self.adapters.values() for r in a.http_routes()]
         if not routes:
             return
         app = web.Application(client_max_size=1024 * 1024)
@@ -101,13 +128,22 @@ class Gateway:
         await web.TCPSite(self._http, gw.http_host, gw.http_port).start()
         log.info("HTTP endpoints on %s:%s", gw.http_host, gw.http_port)
 
-    async def ingest(self, inbound: Inbound) -> IngressResult:
-        """Handle one inbound message (what adapters call)."""
+    async def ingest(self, inbound: Inbound) -> IngressResult | None:
+        """Handle one inbound message (what adapters call).
+
+        Raises only when a retry can help (Redis unreachable, loading, full): the adapter
+        then leaves the message unconfirmed, retries it and says so in a throttled log
+        line, so nothing is logged here (that would be a traceback per retry). Any other
+        failure is a bug that would recur on every redelivery and hold up the messages
+        behind it: it is logged with its traceback and the message dropped (``None``).
+        """
         try:
             result = await asyncio.to_thread(self.ingress.handle, inbound)
-        except Exception:
-            log.exception("ingress failed for %s", inbound.dedupe_id)
+        except (RedisError, RedisUnavailable, InboundBusy):
             raise
+        except Exception:
+            log.exception("ingress failed for %s; message dropped", inbound.dedupe_id)
+            return None
         if result.job_id and (adapter := self.adapters.get(inbound.thread.platform)):
             with contextlib.suppress(Exception):
                 await adapter.typing(inbound.thread)
@@ -124,6 +160,7 @@ class Gateway:
         return in_flight + (0 if await self.egress.drained() else 1)
 
     async def stop(self) -> None:
+        await self.starter.cancel()
         for adapter in self.adapters.values():
             with contextlib.suppress(Exception):
                 await adapter.stop()

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
 from bot.keys import Keys
+from bot.store import as_text
 
 DONE = "done"
 _TAKE_OVER = """
@@ -57,10 +57,6 @@ class Claimed:
     value: str = ""
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class Dedupe:
     """Owner of the ``dedupe:{platform}:{eventId}`` markers.
 
@@ -86,7 +82,7 @@ class Dedupe:
         found = self.redis.get(key)
         if found is None:  # it expired between the two calls
             return self.claim(platform, event_id, value=value, ttl=ttl)
-        text = _text(found)
+        text = as_text(found)
         if text == value:  # our SET went through; its reply was lost and the client retried
             return Claimed(mine=True, job_id=_job_of(value))
         if not text.startswith("claim:"):

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import cast
 
 from redis import Redis
-from rq.utils import as_text
 
 from bot.keys import Keys
+from bot.store import as_text
 
 
 class LostJobs:

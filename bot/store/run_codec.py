@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any
 
+from bot.store import as_text
 from bot.types import RunRecord, ThreadRef
 
 Decoder = Callable[[str], Any]
@@ -66,11 +67,7 @@ def encode_record(record: RunRecord) -> dict[str, str]:
 def decode_record(raw: Mapping[Any, Any]) -> RunRecord:
     """A hash as read from Redis (bytes or str) -> RunRecord; unknown keys are ignored,
     missing ones take the field's default."""
-    data = {_text(k): _text(v) for k, v in raw.items()}
+    data = {as_text(k): as_text(v) for k, v in raw.items()}
     return RunRecord(
         **{name: decode(data[name]) for name, decode in _DECODERS.items() if name in data}
     )
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

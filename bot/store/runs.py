@@ -18,6 +18,7 @@ from typing import Any, cast
 import redis
 
 from bot.keys import Keys, glob_escape
+from bot.store import as_text
 from bot.store.run_codec import decode_record, encode_record
 from bot.types import Outbound, RunRecord, RunStatus
 
@@ -58,10 +59,6 @@ redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return 1
 """
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,7 +128,7 @@ class RunsRegistry:
 
     def all_ids(self) -> list[str]:
         """Every run id still indexed, oldest first."""
-        return [_text(i) for i in self.redis.zrange(self.keys.all_runs, 0, -1)]
+        return [as_text(i) for i in self.redis.zrange(self.keys.all_runs, 0, -1)]
 
     def all(self) -> list[RunRecord]:
         """Every run still indexed, oldest first (records that expired are skipped)."""
@@ -139,30 +136,30 @@ class RunsRegistry:
 
     def recent_ids(self, limit: int) -> list[str]:
         """The ``limit`` newest run ids still indexed, newest first."""
-        return [_text(i) for i in self.redis.zrevrange(self.keys.all_runs, 0, limit - 1)]
+        return [as_text(i) for i in self.redis.zrevrange(self.keys.all_runs, 0, limit - 1)]
 
     def session_runs(self, session_key: str) -> list[RunRecord]:
         """Runs spawned from ``session_key``, newest first."""
         ids = self.redis.zrevrange(self.keys.session_runs(session_key), 0, -1)
-        return self.get_many(_text(i) for i in ids)
+        return self.get_many(as_text(i) for i in ids)
 
     def sessions_under(self, session_key: str) -> list[RunRecord]:
         """Runs of ``session_key`` and of every session nested below it
         (``<session_key>:thread:<ts>`` and the like), newest first."""
         pattern = self.keys.session_runs(glob_escape(session_key) + ":*")
         keys = [self.keys.session_runs(session_key)]
-        keys += [_text(k) for k in self.redis.scan_iter(match=pattern, count=500)]
+        keys += [as_text(k) for k in self.redis.scan_iter(match=pattern, count=500)]
         scored: dict[str, float] = {}
         for key in keys:
             pairs = cast(
                 "list[tuple[bytes, float]]", self.redis.zrange(key, 0, -1, withscores=True)
             )
             for member, score in pairs:
-                scored[_text(member)] = float(score)
+                scored[as_text(member)] = float(score)
         return self.get_many(sorted(scored, key=lambda i: scored[i], reverse=True))
 
     def active_ids(self) -> set[str]:
-        return {_text(i) for i in self.redis.smembers(self.keys.active_runs)}
+        return {as_text(i) for i in self.redis.smembers(self.keys.active_runs)}
 
     def update(self, run_id: str, **values: str | int | float) -> None:
         self.redis.hset(self.keys.run(run_id), mapping={k: str(v) for k, v in values.items()})
@@ -193,7 +190,7 @@ class RunsRegistry:
             pipe.lrange(self.keys.inbox(run_id), 0, -1)
             pipe.delete(self.keys.inbox(run_id))
             items, _ = pipe.execute()
-        return [_text(i) for i in items]
+        return [as_text(i) for i in items]
 
     def archive_at(self, run_id: str) -> float | None:
         """When the run's child session is due to be archived, if scheduled."""
@@ -202,7 +199,7 @@ class RunsRegistry:
 
     def due_for_archive(self, *, now: float, limit: int = 200) -> list[str]:
         raw = self.redis.zrangebyscore(self.keys.archive_due, "-inf", now, start=0, num=limit)
-        return [_text(i) for i in raw]
+        return [as_text(i) for i in raw]
 
     def unschedule_archive(self, *run_ids: str) -> None:
         if run_ids:

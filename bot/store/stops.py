@@ -8,18 +8,14 @@ session's ``turn_stop`` flag asks a running main-agent turn to end at its next s
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import redis
 
 from bot.keys import Keys
+from bot.store import as_text
 
 TURN_MEMBER = "turn:"
 """``stops:pending`` members with this prefix name a turn job; the others are run ids."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Stops:
@@ -44,7 +40,7 @@ class Stops:
         """Members whose re-check time has come (run ids, or ``turn:<job id>``)."""
         now = time.time() if now is None else now
         raw = self.redis.zrangebyscore(self.keys.stops_pending, "-inf", now, start=0, num=limit)
-        return [_text(m) for m in raw]
+        return [as_text(m) for m in raw]
 
     def postpone(self, member: str, *, at: float) -> None:
         self.redis.zadd(self.keys.stops_pending, {member: at})

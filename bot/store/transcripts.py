@@ -14,6 +14,7 @@ import redis
 
 from bot.clip import clip
 from bot.keys import Keys, glob_escape
+from bot.store import as_text
 
 
 class TranscriptStore:
@@ -55,7 +56,7 @@ class TranscriptStore:
         if self.redis.exists(live):
             return live
         archived = sorted(
-            (_text(k) for k in self.redis.scan_iter(match=glob_escape(live) + ".deleted.*")),
+            (as_text(k) for k in self.redis.scan_iter(match=glob_escape(live) + ".deleted.*")),
             key=lambda k: int(k.rsplit(".", 1)[-1]) if k.rsplit(".", 1)[-1].isdigit() else 0,
         )
         return archived[-1] if archived else live
@@ -79,7 +80,3 @@ class TranscriptStore:
         except redis.ResponseError:
             return None
         return dst
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

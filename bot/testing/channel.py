@@ -6,8 +6,10 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from aiohttp import web
+
 from bot.errors import DeliveryError
-from bot.ports import InboundSink
+from bot.ports import InboundSink, PartLog
 from bot.types import Inbound, Outbound, OutboundKind, Sender, ThreadRef
 
 
@@ -70,18 +72,25 @@ class MemoryChannel:
         """The next sends raise these errors, in order."""
         self.failures.extend(errors)
 
-    async def send(self, message: Outbound) -> list[str]:
-        self.attempts += 1
-        if self.failures:
-            raise self.failures.pop(0)
-        self.sent.append(message)
-        return [f"msg-{len(self.sent)}"]
+    async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
+        """Record ``message`` as one part (nothing when ``parts`` says it is posted)."""
+        book = parts or PartLog(key=message.idempotency_key)
+        if book.todo(1):
+            self.attempts += 1
+            if self.failures:
+                raise self.failures.pop(0)
+            self.sent.append(message)
+            await book.record(0, f"msg-{len(self.sent)}")
+        return book.ids(1)
 
     async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
         self.edits.append(Edit(thread=thread, message_id=message_id, text=text))
 
     async def typing(self, thread: ThreadRef) -> None:
         self.typing_in.append(thread)
+
+    def http_routes(self) -> list[web.RouteDef]:
+        return []
 
     def of_kind(self, kind: OutboundKind, thread: ThreadRef | None = None) -> list[Outbound]:
         return [m for m in self.sent if m.kind is kind and (thread is None or m.thread == thread)]

@@ -4,16 +4,20 @@ One aiohttp server on a free loopback port speaks three things:
 
 - the **Web API** under :attr:`FakeSlack.api_url` (``auth.test``, ``chat.postMessage``,
   ``chat.update``, ``chat.postEphemeral``, ``assistant.threads.setStatus``,
-  ``apps.connections.open``, ``conversations.info``, ``users.info``), form, query or JSON
+  ``apps.connections.open``, ``conversations.info|replies|history``, ``users.info``;
+  message metadata kept and returned as Slack does), form, query or JSON
   arguments, bearer tokens checked, every call recorded, Slack's 40,000-character text
   limit enforced (``msg_too_long``), faults injectable (``429`` + ``Retry-After``, 5xx,
   ``ok: false``, optionally only for matching arguments);
 - **Socket Mode**: ``apps.connections.open`` hands out a one-use ``ws://`` URL; the socket
   says ``hello``, carries the envelopes a test pushes, records acks, can ask the client to
-  reconnect (``disconnect`` / ``refresh_requested``) and re-delivers unacked envelopes on
-  the next connection with ``retry_attempt + 1``, as Slack does;
+  reconnect (``disconnect`` / ``refresh_requested``) and re-delivers an ``events_api``
+  envelope that was not acked, as Slack does: on the next connection when its socket died,
+  else once ``ack_timeout`` passed, with ``retry_attempt + 1`` and ``retry_reason``, at most
+  ``len(retry_delays)`` times (Slack: at once, after 1 minute, after 5 minutes);
 - **signed HTTP events**: :meth:`FakeSlack.deliver_http` POSTs a body to the app with a
-  valid, forged or stale ``v0`` signature.
+  valid, forged or stale ``v0`` signature; :meth:`FakeSlack.deliver_http_retrying` also
+  retries a delivery that got no 2xx within ``ack_timeout``, as the Events API does.
 
 :meth:`FakeSlack.pause` / :meth:`FakeSlack.resume` take the whole server off the network
 (connection refused, sockets dropped) and back on the same port with its state kept.
@@ -34,6 +38,7 @@ import asyncio
 import contextlib
 import json
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -89,6 +94,9 @@ class FakeSlack:
         signing_secret: Secret used by :meth:`deliver_http` to sign requests.
         echo_bot_messages: Send the app's own posts back as ``message`` events (as Slack
             does when the app subscribes to ``message.*``).
+        ack_timeout: Seconds Slack waits for an ack (Socket Mode) or a 2xx (HTTP) before
+            it retries; ``None`` turns timed retries off.
+        retry_delays: Delay before each retry after a timeout; Slack gives up after the last.
     """
 
     def __init__(
@@ -102,6 +110,8 @@ class FakeSlack:
         app_token: str = "xapp-fake-app-token",
         signing_secret: str = "fake-signing-secret",
         echo_bot_messages: bool = False,
+        ack_timeout: float | None = 3.0,
+        retry_delays: Sequence[float] = (0.0, 60.0, 300.0),
     ) -> None:
         self.team_id, self.bot_user_id, self.bot_id, self.app_id = (
             team_id,
@@ -111,6 +121,7 @@ class FakeSlack:
         )
         self.bot_token, self.app_token, self.signing_secret = bot_token, app_token, signing_secret
         self.echo_bot_messages = echo_bot_messages
+        self.ack_timeout, self.retry_delays = ack_timeout, tuple(retry_delays)
         self.web = WebApi(
             team_id=team_id,
             bot_user_id=bot_user_id,
@@ -126,6 +137,8 @@ class FakeSlack:
         self.missing_channels = self.web.missing_channels
         self.fail, self.calls_to, self.thread = self.web.fail, self.web.calls_to, self.web.thread
         self.envelopes: list[Envelope] = []
+        self.http_deliveries: list[HttpResult] = []
+        """Every :meth:`deliver_http` answer, oldest first."""
         self.connections = 0
         self._conns: list[_Conn] = []
         self._changed = asyncio.Condition()
@@ -303,6 +316,8 @@ class FakeSlack:
         env = Envelope(envelope_id=str(body["envelope_id"]), body=body, connection=conn.index)
         self.envelopes.append(env)
         await conn.ws.send_str(json.dumps(body))
+        if body.get("type") == "events_api" and self.ack_timeout is not None:
+            self._spawn(self._retry_unacked(env, self.ack_timeout))
         return env
 
     async def redeliver(self, env: Envelope, *, reason: str = "timeout") -> Envelope:
@@ -386,9 +401,22 @@ class FakeSlack:
                 env.redelivered = True
                 self._spawn(self._redeliver_quietly(env))
 
-    async def _redeliver_quietly(self, env: Envelope) -> None:
+    async def _retry_unacked(self, env: Envelope, ack_timeout: float) -> None:
+        # Slack's timed retry: no ack within the timeout, so the event goes out again.
         with contextlib.suppress(TimeoutError):
-            await self.redeliver(env)
+            await asyncio.wait_for(env.acked.wait(), ack_timeout)
+            return
+        attempt = int(env.body.get("retry_attempt", 0))
+        if attempt >= len(self.retry_delays):
+            return  # Slack gives up on the event
+        await asyncio.sleep(self.retry_delays[attempt])
+        if env.ack is None and not env.redelivered:
+            env.redelivered = True
+            await self._redeliver_quietly(env, reason="timeout")
+
+    async def _redeliver_quietly(self, env: Envelope, *, reason: str = "timeout") -> None:
+        with contextlib.suppress(TimeoutError):
+            await self.redeliver(env, reason=reason)
 
     async def _on_client_message(self, data: str) -> None:
         try:
@@ -406,7 +434,7 @@ class FakeSlack:
 
     # -- HTTP events -----------------------------------------------------------------------
 
-    def sign(self, body: str, *, timestamp: int | None = None) -> dict[str, str]:
+    def sign(self, body: str | bytes, *, timestamp: int | None = None) -> dict[str, str]:
         """Valid ``v0`` signature headers for ``body`` with this fake's signing secret."""
         return wire.sign(body, secret=self.signing_secret, timestamp=timestamp)
 
@@ -420,6 +448,8 @@ class FakeSlack:
         secret: str | None = None,
         signature: str | None = None,
         retry_num: int | None = None,
+        retry_reason: str = "timeout",
+        timeout: float | None = None,
     ) -> HttpResult:
         """POST ``body`` to the app like Slack's Events API / slash commands would.
 
@@ -430,7 +460,8 @@ class FakeSlack:
             timestamp: Signature timestamp (default now; an old one makes it stale).
             secret: Sign with this secret instead (a forged signature).
             signature: Send this ``X-Slack-Signature`` verbatim.
-            retry_num: Add ``X-Slack-Retry-Num`` (a Slack retry).
+            retry_num: Add ``X-Slack-Retry-Num`` (a Slack retry) and ``retry_reason``.
+            timeout: Give up waiting for the answer after this many seconds (status 0).
         """
         if isinstance(body, str):
             raw, ctype = body, "application/json"
@@ -444,12 +475,41 @@ class FakeSlack:
             headers["X-Slack-Signature"] = signature
         headers["Content-Type"] = ctype
         if retry_num is not None:
-            headers |= {"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": "timeout"}
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(url, data=raw.encode(), headers=headers) as resp,
-        ):
-            return HttpResult(status=resp.status, text=await resp.text())
+            headers |= {"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": retry_reason}
+        limit = aiohttp.ClientTimeout(total=timeout)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=limit) as session,
+                session.post(url, data=raw.encode(), headers=headers) as resp,
+            ):
+                result = HttpResult(status=resp.status, text=await resp.text())
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            result = HttpResult(status=0, text=f"{type(exc).__name__}: {exc}")
+        self.http_deliveries.append(result)
+        return result
+
+    async def deliver_http_retrying(
+        self, url: str, body: dict[str, Any] | str, *, form: bool = False
+    ) -> list[HttpResult]:
+        """Deliver ``body`` as the Events API does: retry until a 2xx or out of retries.
+
+        An answer that is not 2xx, or none within ``ack_timeout``, is retried after each of
+        ``retry_delays`` with ``X-Slack-Retry-Num`` / ``X-Slack-Retry-Reason`` (and a fresh
+        signature). Returns every attempt's result (status 0: no answer in time).
+        """
+        results: list[HttpResult] = []
+        for attempt in range(len(self.retry_delays) + 1):
+            if attempt:
+                await asyncio.sleep(self.retry_delays[attempt - 1])
+            reason = "http_timeout" if results and results[-1].status == 0 else "http_error"
+            result = await self.deliver_http(
+                url, body, form=form, timeout=self.ack_timeout,
+                retry_num=attempt or None, retry_reason=reason,
+            )  # fmt: skip
+            results.append(result)
+            if 200 <= result.status < 300:
+                break
+        return results
 
     # -- helpers ---------------------------------------------------------------------------
 

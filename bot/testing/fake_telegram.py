@@ -136,6 +136,7 @@ class FakeTelegram:
         self._update_ids = itertools.count(1000)
         self._wakeup = asyncio.Event()
         self._poll_generation = 0
+        self._long_polls = 0
         self._closing = False
         self._runner: web.AppRunner | None = None
         self._client: ClientSession | None = None
@@ -296,6 +297,11 @@ class FakeTelegram:
         """Updates not yet confirmed by the bot."""
         return list(self._pending)
 
+    @property
+    def long_polls(self) -> int:
+        """``getUpdates`` requests waiting for an update right now."""
+        return self._long_polls
+
     # -- HTTP ------------------------------------------------------------------------------
     async def _handle(self, request: web.Request) -> web.Response:
         if request.match_info["token"] != self.token:
@@ -350,9 +356,13 @@ class FakeTelegram:
         self._wakeup.set()  # ends an older poll, which then sees it was superseded
         await asyncio.sleep(0)
         self._wakeup.clear()
-        with contextlib.suppress(TimeoutError):
-            if not self._pending and not self._closing and not self._paused:
-                await asyncio.wait_for(self._wakeup.wait(), params.get("timeout", 0) or 0)
+        if not self._pending and not self._closing and not self._paused:
+            self._long_polls += 1
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), params.get("timeout", 0) or 0)
+            finally:
+                self._long_polls -= 1
         if mine != self._poll_generation:
             raise _ApiError(409, "Conflict: terminated by other getUpdates request; make sure "
                             "that only one bot instance is running")  # fmt: skip

@@ -2,10 +2,19 @@
 
 Pure state and answers (no sockets); :class:`bot.testing.fake_slack.FakeSlack` serves it
 over HTTP under ``/api/<method>``.
+
+Message metadata works as on Slack: ``chat.postMessage`` takes ``metadata`` (an object in
+a JSON body or a JSON string in a form, ``{"event_type": …, "event_payload": {…}}``) and
+keeps it with the message; ``conversations.replies`` (a thread, oldest first) and
+``conversations.history`` (the channel root, newest first) return it on each message only
+with ``include_all_metadata``. Both page with ``limit`` / ``cursor`` and filter with
+``oldest`` / ``latest`` (exclusive unless ``inclusive``). The fake only knows the messages
+the app posted: a thread root a test never posted through it is not listed.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable
@@ -42,6 +51,17 @@ class Posted:
     thread_ts: str | None = None
     ephemeral_to: str | None = None
     edits: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+
+    def as_message(self, *, bot_user_id: str, bot_id: str, metadata: bool) -> dict[str, Any]:
+        """The message object as the Web API returns it (``metadata`` only if asked for)."""
+        message: dict[str, Any] = {"type": "message", "user": bot_user_id, "bot_id": bot_id}
+        message |= {"text": self.text, "ts": self.ts}
+        if self.thread_ts:
+            message["thread_ts"] = self.thread_ts
+        if metadata and self.metadata is not None:
+            message["metadata"] = self.metadata
+        return message
 
 
 @dataclass(kw_only=True)
@@ -209,20 +229,69 @@ class WebApi:
     def _post_message(self, args: dict[str, Any]) -> dict[str, Any]:
         if error := self._check_text(args):
             return {"ok": False, "error": error}
+        try:
+            metadata = _metadata(args.get("metadata"))
+        except ValueError:
+            return {"ok": False, "error": "invalid_metadata_format"}
         thread_ts = args.get("thread_ts") or None
         posted = Posted(
             channel=str(args["channel"]),
             ts=wire.new_ts(),
             text=str(args.get("text", "")),
             thread_ts=str(thread_ts) if thread_ts else None,
+            metadata=metadata,
         )
         self.messages.append(posted)
         if self.on_post is not None:
             self.on_post(posted)
-        message: dict[str, Any] = {"type": "message", "user": self.bot_user_id}
-        message["bot_id"] = self.bot_id
-        message |= {"text": posted.text, "ts": posted.ts, "thread_ts": posted.thread_ts}
+        message = self._message(posted, metadata=True)
         return {"ok": True, "channel": posted.channel, "ts": posted.ts, "message": message}
+
+    def _message(self, posted: Posted, *, metadata: bool) -> dict[str, Any]:
+        return posted.as_message(
+            bot_user_id=self.bot_user_id, bot_id=self.bot_id, metadata=metadata
+        )
+
+    def _replies(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(args.get("channel") or ""), str(args.get("ts") or "")
+        if not channel or channel in self.missing_channels:
+            return {"ok": False, "error": "channel_not_found"}
+        if not ts:
+            return {"ok": False, "error": "invalid_arguments"}
+        found = [m for m in self.messages if m.channel == channel and ts in (m.ts, m.thread_ts)]
+        return self._page(sorted(found, key=lambda m: float(m.ts)), args)
+
+    def _history(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = str(args.get("channel") or "")
+        if not channel or channel in self.missing_channels:
+            return {"ok": False, "error": "channel_not_found"}
+        found = [m for m in self.messages if m.channel == channel and m.thread_ts in (None, m.ts)]
+        return self._page(sorted(found, key=lambda m: float(m.ts), reverse=True), args)
+
+    def _page(self, messages: list[Posted], args: dict[str, Any]) -> dict[str, Any]:
+        """One page of ``messages`` after the time filter (``oldest`` / ``latest``)."""
+        inclusive = _flag(args.get("inclusive"))
+        oldest, latest = float(args.get("oldest") or 0), args.get("latest")
+        newest = float(latest) if latest else float("inf")
+
+        def within(m: Posted) -> bool:
+            t = float(m.ts)
+            if inclusive:
+                return oldest <= t <= newest
+            return oldest < t < newest
+
+        selected = [m for m in messages if within(m)]
+        start = int(str(args.get("cursor") or "0").removeprefix("offset:") or 0)
+        limit = max(1, min(int(args.get("limit") or 100), 1000))
+        page, rest = selected[start : start + limit], selected[start + limit :]
+        metadata = _flag(args.get("include_all_metadata"))
+        cursor = f"offset:{start + limit}" if rest else ""
+        return {
+            "ok": True,
+            "messages": [self._message(m, metadata=metadata) for m in page],
+            "has_more": bool(rest),
+            "response_metadata": {"next_cursor": cursor},
+        }
 
     def _post_ephemeral(self, args: dict[str, Any]) -> dict[str, Any]:
         if error := self._check_text(args):
@@ -279,6 +348,24 @@ class WebApi:
         return {"ok": True, "user": {"id": user, "is_bot": is_bot, "profile": profile}}
 
 
+def _flag(value: Any) -> bool:
+    """A boolean argument as clients send it: ``true``, ``1``, ``"1"``, ``"true"``."""
+    return value is True or str(value).lower() in ("1", "true")
+
+
+def _metadata(value: Any) -> dict[str, Any] | None:
+    """``metadata`` as posted (``None`` when absent); ``ValueError`` when malformed."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not isinstance(value, dict) or not isinstance(value.get("event_type"), str):
+        raise ValueError("metadata needs an event_type")
+    if not isinstance(value.get("event_payload"), dict):
+        raise ValueError("metadata needs an event_payload object")
+    return {"event_type": value["event_type"], "event_payload": dict(value["event_payload"])}
+
+
 def _error(error: str, *, status: int = 200, headers: dict[str, str] | None = None) -> ApiReply:
     return ApiReply(status=status, body={"ok": False, "error": error}, headers=headers or {})
 
@@ -291,5 +378,7 @@ _METHODS = {
     "assistant.threads.setStatus": WebApi._set_status,
     "apps.connections.open": WebApi._connections_open,
     "conversations.info": WebApi._conversations_info,
+    "conversations.replies": WebApi._replies,
+    "conversations.history": WebApi._history,
     "users.info": WebApi._users_info,
 }

@@ -25,10 +25,14 @@ def new_ts() -> str:
     return f"{int(time.time()) + n // 1_000_000}.{n % 1_000_000:06d}"
 
 
-def sign(body: str, *, secret: str, timestamp: int | None = None) -> dict[str, str]:
-    """The ``X-Slack-Request-Timestamp`` / ``X-Slack-Signature`` (v0) headers for ``body``."""
+def sign(body: str | bytes, *, secret: str, timestamp: int | None = None) -> dict[str, str]:
+    """The ``X-Slack-Request-Timestamp`` / ``X-Slack-Signature`` (v0) headers for ``body``.
+
+    Slack signs the raw bytes; a ``str`` body is taken as its UTF-8 encoding.
+    """
     ts = int(time.time()) if timestamp is None else timestamp
-    base = f"v0:{ts}:{body}".encode()
+    raw = body.encode() if isinstance(body, str) else body
+    base = f"v0:{ts}:".encode() + raw
     digest = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
     return {"X-Slack-Request-Timestamp": str(ts), "X-Slack-Signature": f"v0={digest}"}
 

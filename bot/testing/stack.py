@@ -7,7 +7,7 @@ in :mod:`bot.testing` standing in for the model and the platforms::
     values = {"redis_url": url, "openai": {"base_url": fake.base_url}}
     async with Stack(values=values, adapters=[channel], workers=2) as stack:
         await channel.say("hello")
-        await stack.wait_for(lambda: len(channel.sent) >= 2)
+        await until(lambda: len(channel.sent) >= 2)
 """
 
 from __future__ import annotations
@@ -19,15 +19,18 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.commands.router import CommandRouter
 from bot.config import Settings
-from bot.gateway.runtime import Gateway
 from bot.ports import ChannelAdapter
+from bot.testing.wait import until
+
+if TYPE_CHECKING:
+    # Imported when a Stack starts, so importing bot.testing does not load the gateway.
+    from bot.commands.router import CommandRouter
+    from bot.gateway.runtime import Gateway
 
 _SCRUB = ("FANBOT_", "OPENAI_")
 
@@ -43,7 +46,7 @@ def settings_env(values: Mapping[str, Any]) -> dict[str, str]:
 def hermetic_env(values: Mapping[str, Any]) -> dict[str, str]:
     """This process's environment without any FANBOT_/OPENAI_ variables, plus ``values``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB)}
-    env["FANBOT_CONFIG"] = os.devnull + ".fanbot.toml"  # never pick up a developer's file
+    env["FANBOT_CONFIG"] = os.devnull  # read no file (never a developer's fanbot.toml)
     env.update(settings_env(values))
     return env
 
@@ -242,6 +245,8 @@ class Stack:
         self.gateway: Gateway | None = None
 
     async def start_gateway(self) -> Gateway:
+        from bot.gateway.runtime import Gateway
+
         self.gateway = Gateway(settings=self.settings, adapters=self.adapters, router=self.router)
         await self.gateway.start()
         return self.gateway
@@ -272,14 +277,8 @@ class Stack:
         timeout: float = 30.0,
         every: float = 0.05,
     ) -> None:
-        """Poll ``condition`` until true; raise ``TimeoutError`` after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = condition()
-            if isinstance(result, Awaitable):
-                result = await result
-            if result:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"condition not met within {timeout}s")
-            await asyncio.sleep(every)
+        """Poll ``condition`` until true; raise ``TimeoutError`` after ``timeout`` seconds.
+
+        The same as :func:`bot.testing.until`, kept for the tests written against it.
+        """
+        await until(condition, timeout=timeout, every=every)

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-pytestmark = pytest.mark.e2e
-
 
 def stack_values(redis_url: str, base_url: str, **extra: Any) -> dict[str, Any]:
     """Settings for a Stack: fast heartbeats and edits, the fake model, the test Redis."""

@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import asyncio
 
+import redis
+
+from bot.keys import Keys
+from bot.ports import PartLog
+from bot.store.runs import RunsRegistry
+from bot.testing import until
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.stack import Stack
 from bot.types import Outbound, OutboundKind
 from tests.e2e.conftest import stack_values
 from tests.e2e.test_fanout import main_turn
+
+
+def terminal_runs(stack: Stack) -> int:
+    """Runs in Redis that reached a terminal status (their announce is in the outbox)."""
+    client = redis.Redis.from_url(stack.settings.redis_url)
+    try:
+        runs = RunsRegistry(redis=client, keys=Keys(prefix=stack.settings.key_prefix)).all()
+    finally:
+        client.close()
+    return sum(run.status.terminal for run in runs)
 
 
 class StuckChannel(MemoryChannel):
@@ -19,11 +35,11 @@ class StuckChannel(MemoryChannel):
         super().__init__()
         self.stuck = 0
 
-    async def send(self, message: Outbound) -> list[str]:
+    async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
         if message.kind is OutboundKind.ANNOUNCE:
             self.stuck += 1
             await asyncio.Event().wait()
-        return await super().send(message)
+        return await super().send(message, parts=parts)
 
 
 async def test_announce_read_but_not_acked_is_delivered_once_by_the_next_gateway(
@@ -41,9 +57,10 @@ async def test_announce_read_but_not_acked_is_delivered_once_by_the_next_gateway
             stack.adapters = [fresh]
             await stack.start_gateway()
             await stack.wait_for(lambda: len(fresh.announces) == 1, timeout=30)
-            await asyncio.sleep(3)  # longer than reclaim_idle_seconds: no second copy
+            # Once every entry is acknowledged nothing is left to reclaim: no second copy.
+            assert stack.gateway is not None
+            await stack.wait_for(stack.gateway.egress.drained, timeout=10)
             assert len(fresh.announces) == 1
-            assert stack.gateway is not None and await stack.gateway.egress.drained()
 
 
 async def test_announces_written_while_the_gateway_is_down_arrive_after_restart(
@@ -57,10 +74,12 @@ async def test_announces_written_while_the_gateway_is_down_arrive_after_restart(
             await channel.say("three things")
             await stack.wait_for(lambda: len(channel.replies) == 1, timeout=30)
             await stack.stop_gateway()
-            await asyncio.sleep(3)  # subagents (1 s each) finish while no gateway runs
+            # The subagents (1 s each) finish, and write their announces, with no gateway.
+            await until(lambda: terminal_runs(stack) == 3, timeout=30)
             assert channel.announces == []
             await stack.start_gateway()
             await stack.wait_for(lambda: len(channel.announces) == 3, timeout=30)
-            await asyncio.sleep(1)
+            assert stack.gateway is not None
+            await stack.wait_for(stack.gateway.egress.drained, timeout=10)
     assert len(channel.announces) == 3
     assert len({a.idempotency_key for a in channel.announces}) == 3

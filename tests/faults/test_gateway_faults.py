@@ -1,7 +1,7 @@
 """The gateway dies (SIGKILL at an exact instruction) or runs twice: nothing lost, nothing twice.
 
-``fanbot gateway`` runs as a real child process with the Telegram adapter against the fake
-Bot API; :mod:`bot.failpoints` makes it SIGKILL itself at a chosen point of delivery, so the
+``fanbot gateway`` runs as a real child process with the Telegram (or Slack) adapter against
+the fake; :mod:`bot.failpoints` makes it SIGKILL itself at a chosen point of delivery, so the
 test knows exactly which entry was in flight instead of racing a signal.
 """
 
@@ -25,6 +25,7 @@ from bot.keys import Keys
 from bot.store.runs import RunsRegistry
 from bot.store.streams import put_outbound
 from bot.testing.fake_openai import FakeOpenAI
+from bot.testing.fake_slack import FakeSlack
 from bot.testing.fake_telegram import FakeTelegram, forum
 from bot.testing.scripted import (
     Call,
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.e2e
 
 FORUM = forum()
 TOPICS = (11, 12, 13)
+SLACK_CHANNEL, SLACK_THREAD = "C0GENERAL", "700.1"
 
 
 @dataclass
@@ -116,7 +118,7 @@ async def exited(gateway: GatewayProcess, timeout: float = 30.0) -> int:
     return code
 
 
-@pytest.mark.parametrize("point", ["egress.before_send", "egress.after_send"])
+@pytest.mark.parametrize("point", ["egress.before_send", "egress.after_send", "egress.before_ack"])
 async def test_sigkill_between_read_and_ack_then_restart_delivers_in_order(
     redis_url: str, tmp_path: Path, point: str
 ) -> None:
@@ -128,7 +130,7 @@ async def test_sigkill_between_read_and_ack_then_restart_delivers_in_order(
         first = env.gateway(failpoints=f"{point}=kill@3", name="first").start()
         assert await exited(first) == -9, first.log()
         sent_before_crash = env.posted()
-        expected_before = 3 if point == "egress.after_send" else 2
+        expected_before = 2 if point == "egress.before_send" else 3
         assert sent_before_crash == texts[:expected_before]
 
         with env.gateway(name="second") as second:
@@ -137,14 +139,91 @@ async def test_sigkill_between_read_and_ack_then_restart_delivers_in_order(
             await asyncio.sleep(0.5)  # a repeat, if any, would arrive now
             log = second.log()
         posted = env.posted(TOPICS[0])
-        if point == "egress.before_send":
-            assert posted == texts  # exactly once each, in order
-        else:
-            # Telegram cannot tell whether a send that died mid-flight was posted: the entry in
-            # flight is posted again (at-least-once), still in order; every other entry once.
+        if point == "egress.after_send":
+            # Killed after Telegram took the message, before Redis recorded it: the Bot API
+            # lets a bot read nothing back, so that one message is posted again (at least
+            # once), still in order; every other entry once. Slack: see the next test.
             assert posted == [*texts[:3], texts[2], *texts[3:]]
+        else:
+            # Before the send, or after it was recorded (before the delivered marker and
+            # the ack): exactly once each, in order.
+            assert posted == texts
         assert "took over" in log
         assert env.tg.token not in log + first.log()  # never a secret in a log
+
+
+@dataclass
+class SlackEnv:
+    slack: FakeSlack
+    values: dict[str, Any]
+    client: redis.Redis
+    log_dir: Path
+
+    def gateway(self, failpoints: str = "", name: str = "gateway") -> GatewayProcess:
+        env = hermetic_env(self.values)
+        return GatewayProcess(env=env, log_path=self.log_dir / f"{name}.log", failpoints=failpoints)
+
+    def put(self, text: str, *, thread_ts: str | None = SLACK_THREAD) -> str:
+        where = ThreadRef(
+            platform="slack", account=self.slack.team_id, chat=SLACK_CHANNEL, thread=thread_ts
+        )
+        message = Outbound(
+            thread=where, text=text, kind=OutboundKind.ANNOUNCE, idempotency_key=f"s:{text[:40]}"
+        )
+        return put_outbound(self.client, Keys(), message)
+
+    def posted(self, thread_ts: str | None = SLACK_THREAD) -> list[str]:
+        return [m.text for m in self.slack.thread(SLACK_CHANNEL, thread_ts)]
+
+    def drained(self) -> bool:
+        groups = self.client.xinfo_groups(Keys().outbox)
+        return bool(groups) and all(g["pending"] == 0 for g in groups)
+
+
+@asynccontextmanager
+async def slack_env(redis_url: str, tmp_path: Path, **gateway: Any) -> AsyncIterator[SlackEnv]:
+    async with FakeSlack() as slack:
+        values: dict[str, Any] = {
+            "redis_url": redis_url,
+            "slack": {
+                "bot_token": slack.bot_token, "app_token": slack.app_token,
+                "api_url": slack.api_url, "socket_ping_interval": 1,
+            },
+            "gateway": {
+                "reclaim_idle_seconds": 2, "delivery_backoff_seconds": 0.1, "alive_ttl_seconds": 2,
+                **gateway,
+            },
+        }  # fmt: skip
+        client = redis.Redis.from_url(redis_url)
+        try:
+            yield SlackEnv(slack=slack, values=values, client=client, log_dir=tmp_path)
+        finally:
+            client.close()
+
+
+async def test_slack_sigkill_after_the_platform_took_a_message_is_still_exactly_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The Telegram case above that posts a message twice, on Slack: the new gateway finds
+    the message by its metadata (``conversations.replies``) and records it instead."""
+    async with slack_env(redis_url, tmp_path) as env:
+        texts = [f"announce {i}" for i in range(1, 7)]
+        for text in texts:
+            env.put(text)
+
+        first = env.gateway(failpoints="egress.after_send=kill@3", name="first").start()
+        assert await exited(first) == -9, first.log()
+        assert env.posted() == texts[:3]  # the third reached Slack; Redis never heard of it
+
+        with env.gateway(name="second") as second:
+            await Stack.wait_for(lambda: len(env.posted()) >= len(texts), timeout=30)
+            await Stack.wait_for(env.drained, timeout=10)
+            await asyncio.sleep(0.5)  # negative check: a repeat, if any, would arrive now
+            log = second.log()
+        assert env.posted() == texts  # exactly once each, in order
+        assert env.slack.calls_to("conversations.replies")  # it looked before re-posting
+        assert "took over" in log
+        assert env.slack.bot_token not in log + first.log()
 
 
 async def test_an_entry_delivered_but_not_acked_is_not_posted_again(
@@ -199,7 +278,9 @@ async def test_two_gateways_at_once_never_post_twice(redis_url: str, tmp_path: P
                 topic = TOPICS[i % len(TOPICS)]
                 texts.append(f"topic {topic} #{i}")
                 env.put(topic, texts[-1])
-                await asyncio.sleep(0.05)  # both gateways are reading by now
+                # Paced on purpose (the scenario, not a wait): entries keep arriving
+                # while both gateways read, so they fight over every slow one.
+                await asyncio.sleep(0.05)
             await Stack.wait_for(lambda: len(env.posted()) >= len(texts), timeout=60)
             await Stack.wait_for(env.drained, timeout=20)
             await asyncio.sleep(1.0)  # a double post, if any, would land now
@@ -239,7 +320,7 @@ async def test_gateway_down_while_runs_finish_delivers_all_in_order_per_thread(
             with env.gateway(name="second"):
                 await Stack.wait_for(lambda: len(announce_labels(env.posted())) >= 6, timeout=30)
                 await Stack.wait_for(env.drained, timeout=10)
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(0.5)  # negative check: a repeat, if any, would arrive now
         finally:
             workers.stop()
         for topic in TOPICS[:2]:

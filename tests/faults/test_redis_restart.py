@@ -15,14 +15,20 @@ from pathlib import Path
 import pytest
 import redis
 
+from bot.config import GatewaySettings
+from bot.gateway.egress import Egress, cancel_all
+from bot.gateway.runtime import async_client
 from bot.keys import Keys
+from bot.ports import PartLog
 from bot.redis_server import RedisServer
+from bot.store.outbox import put_outbound
 from bot.store.runs import RunsRegistry
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.scripted import ScriptedModel, Text
 from bot.testing.stack import Stack
-from bot.types import RunStatus
+from bot.testing.wait import until
+from bot.types import Outbound, RunStatus, ThreadRef
 from tests.e2e.conftest import stack_values
 from tests.e2e.test_failures import spawner
 
@@ -86,3 +92,62 @@ async def test_redis_sigkilled_and_restarted_mid_flight_loses_nothing(tmp_path: 
     posted = [(a.thread, a.text) for a in channel.announces]
     assert len(posted) == len(set(posted)) == 2 * len(TASKS)  # each once
     assert all("Status: success" in text for _, text in posted)
+
+
+class SlowFirstSend(MemoryChannel):
+    """Takes a second over its first send, so Redis dies while that send is in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = asyncio.Event()
+
+    async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
+        if not self.in_flight.is_set():
+            self.in_flight.set()
+            await asyncio.sleep(1.0)
+        return await super().send(message, parts=parts)
+
+
+@pytest.mark.parametrize("outage", [1.0, 8.0], ids=["short", "longer-than-client-retries"])
+async def test_announces_arrive_within_seconds_of_a_redis_restart(
+    tmp_path: Path, outage: float
+) -> None:
+    """A delivery in flight when Redis dies, and an announce written right after Redis came
+    back (same thread), both arrive once, in order, within seconds: neither waits for the
+    30 s reclaim timer on a connection the restart closed."""
+    server = RedisServer(data_dir=tmp_path / "redis").start()
+    client = async_client(server.url)
+    channel = SlowFirstSend()
+    egress = Egress(
+        redis=client,
+        keys=Keys(),
+        adapters={"console": channel},
+        settings=GatewaySettings(),  # reclaim_idle_seconds=30: far beyond the bound below
+        consumer="gw-restart",
+    )
+    task = asyncio.create_task(egress.run())
+    try:
+        put(server.url, "in flight")
+        await asyncio.wait_for(channel.in_flight.wait(), 10)
+        server.kill()
+        await asyncio.sleep(outage)  # the outage itself (the scenario, not a wait)
+        server.start()
+        put(server.url, "written after the restart")
+        await until(lambda: len(channel.sent) >= 2, timeout=10)
+        await until(egress.drained, timeout=10)
+        texts = [m.text for m in channel.sent]
+    finally:
+        await cancel_all([task])
+        await egress.close()
+        await client.aclose()
+        server.stop()
+    assert texts == ["in flight", "written after the restart"]
+
+
+def put(url: str, text: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        thread = ThreadRef(platform="console", account="local", chat="c", thread="t")
+        put_outbound(client, Keys(), Outbound(thread=thread, text=text, idempotency_key=text))
+    finally:
+        client.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,13 +30,6 @@ class Sink:
                 self._changed.clear()
                 await self._changed.wait()
         return self.items
-
-
-async def eventually(check: Callable[[], Any], timeout: float = 10.0) -> None:
-    """Wait until ``check()`` is truthy (state owned by another task)."""
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.01)
 
 
 def channel_for(tg: FakeTelegram, **kwargs: Any) -> TelegramChannel:

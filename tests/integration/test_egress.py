@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -13,7 +13,8 @@ from bot.config import GatewaySettings
 from bot.errors import DeliveryError
 from bot.gateway.egress import Egress
 from bot.keys import Keys
-from bot.testing.channel import MemoryChannel
+from bot.ports import PartLog
+from bot.testing import MemoryChannel, until
 from bot.types import Outbound, ThreadRef
 
 KEYS = Keys()
@@ -37,8 +38,12 @@ async def put(client: aioredis.Redis, *messages: Outbound) -> None:
 
 
 async def run_egress(
-    client: aioredis.Redis, channel: MemoryChannel, until: object, **settings: object
+    client: aioredis.Redis,
+    channel: MemoryChannel,
+    done: Callable[[Egress], object],
+    **settings: object,
 ) -> Egress:
+    """Run an egress until ``done(egress)`` holds and every entry is acknowledged."""
     egress = Egress(
         redis=client,
         keys=KEYS,
@@ -48,14 +53,9 @@ async def run_egress(
     )
     task = asyncio.create_task(egress.run())
     try:
-        for _ in range(200):
-            done = until(egress) if callable(until) else until  # type: ignore[call-arg]
-            if asyncio.iscoroutine(done):
-                done = await done
-            if done:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.2)
+        await until(lambda: done(egress), timeout=10)
+        # Every entry read and acknowledged: nothing can be sent again after this.
+        await until(egress.drained, timeout=10)
     finally:
         task.cancel()
         await egress.close()
@@ -102,11 +102,11 @@ async def test_order_is_kept_per_thread_while_another_thread_waits(aredis: aiore
     class SlowA(MemoryChannel):
         failed = False
 
-        async def send(self, m: Outbound) -> list[str]:
+        async def send(self, m: Outbound, *, parts: PartLog | None = None) -> list[str]:
             if m.thread.thread == "A" and not self.failed:
                 self.failed = True
                 raise DeliveryError("slow", retry_after=0.5)
-            return await super().send(m)
+            return await super().send(m, parts=parts)
 
     channel = SlowA()
     await put(aredis, message("a1", "a1", "A"), message("b1", "b1", "B"), message("a2", "a2", "A"))
@@ -123,7 +123,12 @@ async def test_entries_left_pending_by_a_dead_consumer_are_reclaimed(
     await put(aredis, message("orphan", "k-orphan"))
     await aredis.xreadgroup("gateway", "dead-gateway", {KEYS.outbox: ">"}, count=10)
     channel = MemoryChannel()
-    await asyncio.sleep(1.1)
+
+    async def idle_long_enough() -> bool:  # for reclaim_idle_seconds=1
+        idle = await aredis.xpending_range(KEYS.outbox, "gateway", "-", "+", 1, idle=1000)
+        return bool(idle)
+
+    await until(idle_long_enough, timeout=5)
     await run_egress(aredis, channel, lambda e: channel.sent, reclaim_idle_seconds=1)
     assert [m.text for m in channel.sent] == ["orphan"]
 

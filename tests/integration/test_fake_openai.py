@@ -8,13 +8,15 @@ import os
 import subprocess
 import sys
 import threading
-import time
+from collections.abc import Awaitable
 
 import aiohttp
 import openai
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
+from bot.demo import demo_model
+from bot.testing import until, wait_until
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.scripted import (
     Call,
@@ -25,7 +27,6 @@ from bot.testing.scripted import (
     ScriptedModel,
     Text,
     ToolCalls,
-    demo_model,
     has_tool,
     last_role,
     system_contains,
@@ -219,10 +220,7 @@ async def test_hang_hits_client_timeout_and_the_fake_sees_the_disconnect() -> No
         async with async_client(fake, timeout=0.5, max_retries=0) as client:
             with pytest.raises(openai.APITimeoutError):
                 await client.chat.completions.create(model="fake-model", messages=USER)
-        for _ in range(100):
-            if fake.in_flight == 0:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: fake.in_flight == 0, timeout=5)
         [record] = fake.requests
         assert record.outcome == "disconnected"
         assert fake.in_flight == 0
@@ -234,8 +232,7 @@ async def test_closing_the_fake_ends_pending_hangs() -> None:
         call = asyncio.ensure_future(
             client.chat.completions.create(model="fake-model", messages=USER)
         )
-        while fake.in_flight == 0:
-            await asyncio.sleep(0.01)
+        await until(lambda: fake.in_flight == 1, timeout=10)
         await fake.aclose()  # would take 600 s if the hang ignored shutdown
         with pytest.raises(openai.APIError):
             await call
@@ -480,6 +477,22 @@ def test_demo_model_is_deterministic() -> None:
     assert isinstance(first, ToolCalls)
 
 
+def test_demo_model_drops_the_speaker_prefix_of_a_turn() -> None:
+    def answer(text: str) -> Reply:
+        messages = [{"role": "user", "content": text}]
+        body = {"model": "m", "messages": messages, "tools": [SPAWN_TOOL]}
+        reply = demo_model()(ChatRequest.from_body(body))
+        assert not isinstance(reply, Awaitable)
+        return reply
+
+    spawn = answer("you: compare redis streams and kafka")
+    assert isinstance(spawn, ToolCalls)
+    tasks = [json.loads(call.arguments_json())["task"] for call in spawn.calls]
+    assert all(t.endswith(": compare redis streams and kafka") for t in tasks), tasks
+    assert not any("you:" in t for t in tasks)
+    assert isinstance(answer("alice: hi"), Text)  # a greeting, with or without a speaker
+
+
 def test_thread_runner_stop_ends_a_pending_hang() -> None:
     fake = FakeOpenAI(ScriptedModel(default=Hang(600))).start_in_thread()
     errors: list[openai.APIError] = []
@@ -493,8 +506,7 @@ def test_thread_runner_stop_ends_a_pending_hang() -> None:
 
     caller = threading.Thread(target=call)
     caller.start()
-    while fake.in_flight == 0:
-        time.sleep(0.01)
+    wait_until(lambda: fake.in_flight == 1, timeout=10)
     fake.stop()  # would sit out the 600 s hang (then pytest-timeout) if hangs ignored it
     caller.join(timeout=60)
     assert not caller.is_alive()

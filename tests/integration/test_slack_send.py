@@ -11,6 +11,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import SlackChannel
 from bot.errors import DeliveryError
+from bot.ports import PartLog
 from bot.testing.fake_slack import MAX_TEXT_CHARS, FakeSlack
 from bot.types import Inbound, Outbound, OutboundKind, ThreadRef
 
@@ -194,3 +195,89 @@ async def test_typing_never_waits_out_a_rate_limit(slack: FakeSlack, channel: Sl
     await channel.typing(THREAD)
     assert time.monotonic() - started < 5
     assert [c.status for c in slack.calls_to("assistant.threads.setStatus")] == [429]
+
+
+# -- exactly once: metadata on every part, a part in doubt is looked up, not reposted -----
+
+
+def _long_text() -> str:
+    return "\n\n".join(f"paragraph {i} " + "x" * 1500 for i in range(8))
+
+
+async def test_every_part_carries_its_outbox_key_and_index_as_metadata(
+    slack: FakeSlack, channel: SlackChannel
+) -> None:
+    message = Outbound(thread=THREAD, text=_long_text(), idempotency_key="announce:r1")
+    ids = await channel.send(message, parts=PartLog(key="announce:r1"))
+    assert len(ids) == len(slack.messages) > 2
+    assert [m.metadata for m in slack.messages] == [
+        {"event_type": "fanbot_outbox", "event_payload": {"key": "announce:r1", "part": i}}
+        for i in range(len(ids))
+    ]
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    plain = await client.conversations_replies(channel="C0GENERAL", ts="700.1")
+    assert all("metadata" not in m for m in plain["messages"])  # only when asked for
+    full = await client.conversations_replies(
+        channel="C0GENERAL", ts="700.1", include_all_metadata=True
+    )
+    assert [m["metadata"]["event_payload"]["part"] for m in full["messages"]] == list(
+        range(len(ids))
+    )
+
+
+@pytest.mark.parametrize("thread_ts", ["700.1", None], ids=["thread", "channel-root"])
+async def test_a_part_in_doubt_is_found_in_slack_and_not_posted_again(
+    slack: FakeSlack, channel: SlackChannel, thread_ts: str | None
+) -> None:
+    where = ThreadRef(platform="slack", account="T0FANBOT", chat="D0ANN", thread=thread_ts)
+    message = Outbound(thread=where, text=_long_text(), idempotency_key="announce:r2")
+    slack.fail("chat.postMessage", status=500, after=3)  # parts 0-2 go out, then a 500
+    with pytest.raises(DeliveryError):
+        await channel.send(message, parts=PartLog(key="announce:r2"))
+    first_three = [m.ts for m in slack.messages]
+    # A gateway died after Slack took part 2 and before Redis recorded it.
+    book = PartLog(key="announce:r2", posted={0: first_three[0], 1: first_three[1]}, in_doubt=True)
+    ids = await channel.send(message, parts=book)
+    texts = [m.text for m in slack.messages]
+    assert len(texts) == len(set(texts)) == len(ids) > 3  # nothing twice
+    assert ids == [m.ts for m in slack.messages] and ids[:3] == first_three
+    lookup = "conversations.replies" if thread_ts else "conversations.history"
+    assert len(slack.calls_to(lookup)) == 1
+    assert slack.calls_to(lookup)[0].args["include_all_metadata"] in ("1", "true", True)
+
+
+async def test_no_lookup_unless_in_doubt_and_another_keys_parts_do_not_count(
+    slack: FakeSlack, channel: SlackChannel
+) -> None:
+    await channel.send(Outbound(thread=THREAD, text="other"), parts=PartLog(key="announce:x"))
+    fresh = PartLog(key="announce:y")
+    await channel.send(Outbound(thread=THREAD, text="mine"), parts=fresh)
+    assert slack.calls_to("conversations.replies") == []
+    again = PartLog(key="announce:z", in_doubt=True)  # in doubt, but nothing posted for it
+    await channel.send(Outbound(thread=THREAD, text="third"), parts=again)
+    assert [m.text for m in slack.messages] == ["other", "mine", "third"]
+    assert len(slack.calls_to("conversations.replies")) == 1
+
+
+async def test_a_lookup_slack_refuses_falls_back_to_posting_and_a_5xx_retries_later(
+    slack: FakeSlack, channel: SlackChannel
+) -> None:
+    message = Outbound(thread=THREAD, text="announce", idempotency_key="announce:r3")
+    slack.fail("conversations.replies", status=500)
+    with pytest.raises(DeliveryError) as info:
+        await channel.send(message, parts=PartLog(key="announce:r3", in_doubt=True))
+    assert not info.value.permanent and slack.messages == []  # unknown yet: try again later
+    slack.fail("conversations.replies", status=200, error="missing_scope")
+    await channel.send(message, parts=PartLog(key="announce:r3", in_doubt=True))
+    assert [m.text for m in slack.messages] == ["announce"]  # at least once without history
+    slack.fail("conversations.replies", status=200, error="not_allowed_token_type")
+    await channel.send(message, parts=PartLog(key="announce:r3", in_doubt=True))
+    assert len(slack.messages) == 2  # any definite refusal: post rather than dead-letter
+
+
+async def test_ephemeral_parts_carry_no_metadata(slack: FakeSlack, channel: SlackChannel) -> None:
+    where = ThreadRef(platform="slack", account="T0FANBOT", chat="C0OPS")
+    message = Outbound(thread=where, text="1 run", ephemeral_to="U0ANN", idempotency_key="c:1")
+    await channel.send(message, parts=PartLog(key="c:1", in_doubt=True))
+    [call] = slack.calls_to("chat.postEphemeral")
+    assert "metadata" not in call.args and slack.calls_to("conversations.replies") == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from pydantic import SecretStr
@@ -12,6 +12,7 @@ from adapters.slack import SlackChannel, build
 from bot.config import Settings
 from bot.errors import ConfigError
 from bot.ports import ChannelAdapter
+from bot.testing import until
 from bot.testing.fake_slack import FakeSlack
 from bot.types import Inbound, Outbound, ThreadRef
 
@@ -145,38 +146,88 @@ async def test_slash_command_is_channel_level_and_acked(
     assert inbound.mentioned
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.01)
+class DownSink:
+    """A sink that refuses everything while ``down`` (like the gateway with Redis down)."""
 
-    await asyncio.wait_for(poll(), timeout)
+    def __init__(self) -> None:
+        self.down = True
+        self.refused = 0
+        self.taken: list[Inbound] = []
 
-
-async def test_event_the_sink_failed_on_stays_unacked_and_slack_retries_it(
-    slack: FakeSlack,
-) -> None:
-    seen: list[Inbound] = []
-
-    async def flaky(inbound: Inbound) -> None:
-        seen.append(inbound)
-        if len(seen) == 1:
+    async def __call__(self, inbound: Inbound) -> None:
+        if self.down:
+            self.refused += 1
             raise RuntimeError("redis is down")
+        self.taken.append(inbound)
 
-    adapter = SlackChannel(settings=slack.settings())
-    await adapter.start(flaky)
-    try:
-        env = await slack.push_event(slack.app_mention(text="<@U0FANBOT> hi", ts="400.1"))
-        await eventually(lambda: len(seen) == 1)
-        await slack.drop()
-        await eventually(lambda: len(slack.envelopes) == 2)
-        retry = slack.envelopes[1]
-        assert retry.body["retry_attempt"] == 1
-        await slack.wait_ack(retry)
+
+async def test_event_is_acked_only_once_the_sink_took_it() -> None:
+    async with FakeSlack(ack_timeout=None) as slack:  # no Slack retry: the adapter retries
+        sink = DownSink()
+        adapter = SlackChannel(settings=slack.settings())
+        await adapter.start(sink)
+        try:
+            env = await slack.push_event(slack.app_mention(text="<@U0FANBOT> hi", ts="400.1"))
+            await until(lambda: sink.refused >= 2, timeout=10)  # retried, with back-off
+            assert env.ack is None
+            sink.down = False
+            assert await slack.wait_ack(env) == {"envelope_id": env.envelope_id}
+        finally:
+            await adapter.stop()
+    assert [i.dedupe_id for i in sink.taken] == ["C0GENERAL:400.1"]
+
+
+async def test_slack_retries_of_a_held_event_join_it_and_all_are_acked() -> None:
+    async with FakeSlack(ack_timeout=0.3, retry_delays=(0.0, 0.2)) as slack:
+        sink = DownSink()
+        adapter = SlackChannel(settings=slack.settings())
+        await adapter.start(sink)
+        try:
+            await slack.push_event(slack.app_mention(text="<@U0FANBOT> hi", ts="410.1"))
+            await until(lambda: len(slack.envelopes) == 3, timeout=10)
+            assert [e.body["retry_attempt"] for e in slack.envelopes] == [0, 1, 2]
+            assert {e.body["retry_reason"] for e in slack.envelopes[1:]} == {"timeout"}
+            assert all(e.ack is None for e in slack.envelopes)
+            sink.down = False
+            for env in slack.envelopes:
+                await slack.wait_ack(env)
+        finally:
+            await adapter.stop()
+    assert len(sink.taken) == 1  # one hand-over for the original and both retries
+
+
+async def test_stop_leaves_held_events_unacked_for_the_next_connection() -> None:
+    async with FakeSlack(ack_timeout=None) as slack:
+        sink = DownSink()
+        first = SlackChannel(settings=slack.settings())
+        await first.start(sink)
+        env = await slack.push_event(slack.app_mention(text="<@U0FANBOT> hi", ts="420.1"))
+        await until(lambda: sink.refused >= 1, timeout=10)
+        await first.stop()
         assert env.ack is None
-        assert [i.dedupe_id for i in seen] == ["C0GENERAL:400.1"] * 2
+        sink.down = False
+        second = SlackChannel(settings=slack.settings())
+        await second.start(sink)
+        try:
+            await until(lambda: len(slack.envelopes) == 2, timeout=10)
+            await slack.wait_ack(slack.envelopes[1])
+        finally:
+            await second.stop()
+    assert [i.dedupe_id for i in sink.taken] == ["C0GENERAL:420.1"]
+
+
+async def test_slash_command_the_sink_failed_on_is_answered_not_lost(slack: FakeSlack) -> None:
+    sink = DownSink()
+    adapter = SlackChannel(settings=slack.settings())
+    await adapter.start(sink)
+    try:
+        env = await slack.push_command(text="list", channel_id="C0OPS")
+        ack = await slack.wait_ack(env)
     finally:
         await adapter.stop()
+    # Slack never redelivers a slash command: its author is told to try again.
+    assert "try again" in ack["payload"]["text"]
+    assert sink.refused == 1
 
 
 async def test_bad_tokens_are_configuration_errors(slack: FakeSlack, sink: Sink) -> None:
@@ -201,7 +252,9 @@ async def test_echo_of_our_own_post_is_acked_and_not_delivered(
     await slack.wait_connected()
     thread = ThreadRef(platform="slack", account=slack.team_id, chat="C0GENERAL", thread="800.1")
     [ts] = await channel.send(Outbound(thread=thread, text="answer"))
-    await eventually(lambda: any(e.body["payload"]["event"]["ts"] == ts for e in slack.envelopes))
+    await until(
+        lambda: any(e.body["payload"]["event"]["ts"] == ts for e in slack.envelopes), timeout=10
+    )
     [echo] = slack.envelopes
     assert echo.body["payload"]["event"]["bot_id"] == slack.bot_id
     await slack.wait_ack(echo)

@@ -10,6 +10,7 @@ import telegram
 from telegram.error import BadRequest, Conflict, InvalidToken, RetryAfter
 
 import adapters.telegram.channel  # noqa: F401  (opts PTB into timedelta periods, no warnings)
+from bot.testing import until
 from bot.testing.fake_telegram import FakeTelegram, forum, group
 from tests.integration.telegram_support import tg
 
@@ -87,7 +88,7 @@ async def test_get_updates_offset_confirms(bot: telegram.Bot, tg: FakeTelegram) 
 
 async def test_long_poll_wakes_on_push(bot: telegram.Bot, tg: FakeTelegram) -> None:
     poll = asyncio.create_task(bot.get_updates(timeout=30))
-    await asyncio.sleep(0.05)
+    await until(lambda: tg.long_polls == 1)
     tg.push(tg.message(chat=group(), text="wake"))
     (update,) = await poll
     assert update.message is not None and update.message.text == "wake"
@@ -95,7 +96,7 @@ async def test_long_poll_wakes_on_push(bot: telegram.Bot, tg: FakeTelegram) -> N
 
 async def test_second_poller_conflicts_the_first(bot: telegram.Bot, tg: FakeTelegram) -> None:
     first = asyncio.create_task(bot.get_updates(timeout=30))
-    await asyncio.sleep(0.05)
+    await until(lambda: tg.long_polls == 1)
     # A second bot process (PTB keeps one getUpdates connection per Bot).
     async with telegram.Bot(tg.token, base_url=tg.api_url) as other:
         assert await other.get_updates(timeout=0) == ()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from adapters.telegram.channel import TelegramChannel
 from adapters.telegram.convert import thread_of
+from bot.testing import until
 from bot.testing.fake_telegram import FakeTelegram, forum, group, private, user
 from bot.types import Outbound
-from tests.integration.telegram_support import Sink, channel_for, eventually, polling, sink, tg
+from tests.integration.telegram_support import Sink, channel_for, polling, sink, tg
 
 __all__ = ["polling", "sink", "tg"]  # fixtures
 
@@ -108,20 +109,23 @@ async def test_updates_queued_while_down_are_processed_once_across_restarts(
     assert [i.text for i in second.items] == ["new"]
 
 
-async def test_sink_failure_does_not_stop_polling(tg: FakeTelegram) -> None:
+async def test_update_the_sink_failed_on_is_fetched_again_not_skipped(tg: FakeTelegram) -> None:
     seen: list[str] = []
+    unconfirmed: list[set[int]] = []  # what Telegram still holds, at each hand-over
 
     async def flaky(inbound: object) -> None:
         seen.append(getattr(inbound, "text", ""))
+        unconfirmed.append({u["update_id"] for u in tg.pending_updates})
         if len(seen) == 1:
             raise RuntimeError("redis down")
 
     channel = channel_for(tg)
     await channel.start(flaky)
     try:
-        tg.push(tg.message(chat=GROUP, text="one"))
+        one = tg.push(tg.message(chat=GROUP, text="one"))
         tg.push(tg.message(chat=GROUP, text="two"))
-        await eventually(lambda: len(seen) == 2)
+        await until(lambda: len(seen) == 3 and tg.pending_updates == [], timeout=10)
     finally:
         await channel.stop()
-    assert seen == ["one", "two"]
+    assert seen == ["one", "one", "two"]  # in order, the failed one again, none skipped
+    assert one["update_id"] in unconfirmed[1]  # refetched, not confirmed, after the failure

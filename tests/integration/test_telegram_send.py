@@ -9,6 +9,7 @@ import pytest
 from adapters.telegram.channel import TelegramChannel
 from adapters.telegram.convert import thread_of
 from bot.errors import DeliveryError
+from bot.ports import PartLog
 from bot.testing.fake_telegram import FakeTelegram, forum
 from bot.testing.telegram_html import utf16_len
 from bot.types import Outbound, ThreadRef
@@ -72,16 +73,24 @@ async def test_429_mid_split_resumes_without_duplicates(
     text = "\n\n".join(f"paragraph {i} " + "x" * 1500 for i in range(6))
     message = Outbound(thread=topic, text=text, idempotency_key="reply:abc")
     tg.inject("sendMessage", status=429, retry_after=2, after=2)
+    recorded: list[tuple[int, str]] = []
+
+    async def recorder(index: int, message_id: str) -> None:
+        recorded.append((index, message_id))
+
+    parts = PartLog(key="reply:abc", recorder=recorder)  # what egress keeps in Redis
     with pytest.raises(DeliveryError) as caught:
-        await polling.send(message)
+        await polling.send(message, parts=parts)
     assert caught.value.retry_after == 2
     assert len(tg.messages) == 2
-    ids = await polling.send(message)
+    assert recorded == [(0, str(tg.messages[0].message_id)), (1, str(tg.messages[1].message_id))]
+    ids = await polling.send(message, parts=PartLog(key="reply:abc", posted=dict(recorded)))
     texts = [m.text for m in tg.messages]
     assert len(ids) == len(texts) == len(set(texts)) > 2
     assert ids == [str(m.message_id) for m in tg.messages]
     assert all(f"paragraph {i} " in "".join(texts) for i in range(6))
-    assert await polling.send(message) == ids  # a redelivered key posts nothing new
+    again = PartLog(key="reply:abc", posted=dict(enumerate(ids)), in_doubt=True)
+    assert await polling.send(message, parts=again) == ids  # every part posted: none again
     assert len(tg.messages) == len(ids)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import AsyncIterator
 
@@ -9,10 +10,11 @@ import pytest
 from aiohttp import ClientSession, web
 
 from adapters.telegram.channel import SECRET_HEADER, TelegramChannel
+from bot.testing import until
 from bot.testing.fake_telegram import FakeTelegram, forum
 from bot.testing.netutil import bind_loopback
 from bot.types import Inbound
-from tests.integration.telegram_support import Sink, channel_for, eventually, sink, tg
+from tests.integration.telegram_support import Sink, channel_for, sink, tg
 
 __all__ = ["sink", "tg"]  # fixtures
 
@@ -65,7 +67,7 @@ async def test_update_with_right_secret_reaches_the_sink_once(
 ) -> None:
     update = tg.push(tg.message(chat=FORUM, text="@fanbot_bot go", thread_id=9))
     (inbound,) = await sink.wait(1)
-    await eventually(lambda: tg.pending_updates == [])
+    await until(lambda: tg.pending_updates == [], timeout=10)
     assert (inbound.text, inbound.thread.thread, inbound.mentioned) == ("go", "9", True)
     assert tg.webhook_deliveries == [(update["update_id"], 200)]
     assert len(sink.items) == 1
@@ -93,7 +95,7 @@ async def test_malformed_body_is_400(
     assert sink.items == []
 
 
-async def test_failed_sink_answers_500_and_telegram_redelivers(
+async def test_failed_sink_answers_503_and_telegram_redelivers(
     tg: FakeTelegram, listener: tuple[socket.socket, str]
 ) -> None:
     sock, url = listener
@@ -109,10 +111,88 @@ async def test_failed_sink_answers_500_and_telegram_redelivers(
     await channel.start(flaky)
     try:
         update = tg.push(tg.message(chat=FORUM, text="@fanbot_bot retry me"))
-        await eventually(lambda: len(seen) == 2 and tg.pending_updates == [])
+        await until(lambda: len(seen) == 2 and tg.pending_updates == [], timeout=10)
     finally:
         await channel.stop()
         await runner.cleanup()
-    assert [status for _, status in tg.webhook_deliveries] == [500, 200]
+    assert [status for _, status in tg.webhook_deliveries] == [503, 200]
     assert {(i.event_id, i.text) for i in seen} == {(seen[0].event_id, "retry me")}
     assert {uid for uid, _ in tg.webhook_deliveries} == {update["update_id"]}
+
+
+# -- bad input: a clean 400 (or 200 and drop), no traceback, the next update still works ----
+
+
+def no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    loud = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert loud == [], [r.getMessage() for r in loud]
+
+
+async def post(url: str, body: bytes, secret: str | None = SECRET) -> int:
+    headers = {"Content-Type": "application/json"}
+    if secret is not None:
+        headers[SECRET_HEADER] = secret
+    async with ClientSession() as http, http.post(url, data=body, headers=headers) as resp:
+        return resp.status
+
+
+async def a_real_update_still_works(tg: FakeTelegram, sink: Sink) -> None:
+    tg.push(tg.message(chat=FORUM, text="@fanbot_bot still there?"))
+    (inbound,) = await sink.wait(1)
+    assert inbound.text == "still there?"
+
+
+def nested(depth: int) -> bytes:
+    return b'{"update_id": 7, "message": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [nested(100_000), nested(300), b'{"update_id": 7, "message": {"text": "\xff\xfe"}}'],
+    ids=["recursion", "too-deep", "not-utf8"],
+)
+async def test_hostile_body_with_the_secret_is_400_without_traceback(
+    tg: FakeTelegram,
+    sink: Sink,
+    webhook: tuple[TelegramChannel, str],
+    caplog: pytest.LogCaptureFixture,
+    body: bytes,
+) -> None:
+    caplog.set_level(logging.INFO)
+    _, url = webhook
+    assert await post(url, body) == 400
+    no_traceback(caplog)
+    assert sink.items == []
+    await a_real_update_still_works(tg, sink)
+
+
+async def test_an_update_we_cannot_read_is_200_and_dropped(
+    tg: FakeTelegram,
+    sink: Sink,
+    webhook: tuple[TelegramChannel, str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # It has an update id, so it came from Telegram: a non-2xx would make Telegram send it
+    # again and again, and it would fail the same way each time.
+    caplog.set_level(logging.INFO)
+    _, url = webhook
+    assert await post(url, b'{"update_id": 8, "message": "not an object"}') == 200
+    no_traceback(caplog)
+    assert sink.items == []
+    await a_real_update_still_works(tg, sink)
+
+
+async def test_a_flood_without_the_secret_logs_one_line(
+    tg: FakeTelegram,
+    sink: Sink,
+    webhook: tuple[TelegramChannel, str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    _, url = webhook
+    for secret in [None, "wrong", SECRET[:-1], SECRET + "x"] * 10:
+        assert await post(url, b'{"update_id": 9}', secret=secret) == 403
+    ours = [r for r in caplog.records if r.name.startswith("adapters.telegram")]
+    assert len(ours) == 1 and ours[0].levelno == logging.WARNING
+    no_traceback(caplog)
+    await a_real_update_still_works(tg, sink)

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from adapters.matrix import MatrixChannel
 from bot.errors import DeliveryError
+from bot.testing import until
 from bot.testing.synapse import MatrixUser, Synapse
 from bot.types import Outbound, OutboundKind, ThreadRef
 from tests.matrix_support import Collector, Human, matrix_settings
@@ -309,17 +310,8 @@ async def test_encrypted_room_round_trip(
     for device in human.client.device_store.active_user_devices(bot_user.user_id):
         human.client.blacklist_device(device)
     hidden = await human.send(room, "not for the bot", thread=root)
-    assert await _wait_log(caplog, f"cannot decrypt event {hidden}")
+    await until(lambda: f"cannot decrypt event {hidden}" in caplog.text, timeout=15)
     assert hidden not in [i.message_id for i in sink.items]
-
-
-async def _wait_log(caplog: pytest.LogCaptureFixture, text: str, timeout: float = 15) -> bool:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while text not in caplog.text:
-        if asyncio.get_running_loop().time() > deadline:
-            return False
-        await asyncio.sleep(0.1)
-    return True
 
 
 async def test_access_token_login_uses_the_tokens_device(

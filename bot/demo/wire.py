@@ -1,4 +1,4 @@
-"""OpenAI chat-completions wire objects, built as plain data (no I/O) for the fake server.
+"""OpenAI chat-completions wire objects, built as plain data (no I/O) for the chat server.
 
 Shapes follow the public API: ``chat.completion``, ``chat.completion.chunk`` (SSE),
 ``model`` and ``{"error": {...}}``. Ids are deterministic (derived from the request's
@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.testing.scripted import ChatRequest, Fail, Text, ToolCalls, message_text
+from bot.demo.replies import ChatRequest, Fail, Text, ToolCalls, message_text
 from bot.types import Usage
 
 _CREATED = 1_700_000_000

@@ -1,0 +1,112 @@
+"""Long polling that confirms an update to Telegram only after the sink took it.
+
+PTB's ``Updater`` moves its offset past a batch as soon as ``getUpdates`` returned it,
+before any handler ran, and an exception in a handler goes to the error handler: an update
+whose hand-over failed (Redis down) is confirmed all the same, and lost. This loop calls
+``getUpdates`` itself. The offset moves past an update only once ``deliver`` returned;
+when it raises, the loop backs off and fetches again from that very update (Telegram keeps
+unconfirmed updates for a day), so updates are handed over in order and none is skipped.
+A redelivered update has the same dedupe id, so one that was in fact taken is a no-op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dtm
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from telegram import Bot, Update
+from telegram.error import RetryAfter, TelegramError
+
+from bot.backoff import Backoff
+from bot.logs import ThrottledLog
+
+log = logging.getLogger(__name__)
+
+Deliver = Callable[[dict[str, Any]], Awaitable[None]]
+"""Hands one update (as JSON) over; raising means "not taken, fetch it again"."""
+
+
+class Poller:
+    """The ``getUpdates`` loop of one bot; run :meth:`run` as a task, cancel it to stop.
+
+    Args:
+        bot: An initialized PTB bot.
+        deliver: Called with each update in order.
+        timeout: Long-polling timeout in seconds.
+        allowed_updates: Update types to ask Telegram for.
+    """
+
+    def __init__(
+        self, *, bot: Bot, deliver: Deliver, timeout: float, allowed_updates: Sequence[str]
+    ) -> None:
+        self._bot = bot
+        self._deliver = deliver
+        self._timeout = dtm.timedelta(seconds=timeout)
+        self._allowed = list(allowed_updates)
+        self._net_backoff = Backoff(base=1.0, cap=30.0)
+        self._sink_backoff = Backoff(base=0.5, cap=30.0)
+        self._log = ThrottledLog(log, interval=30.0)
+        self.offset = 0
+        """The next update id to ask for: every update below it was taken by the sink."""
+
+    async def run(self) -> None:
+        while True:
+            for update in await self._fetch():
+                if not await self._hand_over(update):
+                    break  # fetch again from this update
+
+    async def confirm(self) -> None:
+        """Tell Telegram which updates were taken (one short ``getUpdates`` with the offset).
+
+        Without it Telegram would send the last batch again after a restart (harmless, the
+        gateway dedupes, but noisy).
+        """
+        if not self.offset:
+            return
+        try:
+            await self._bot.get_updates(
+                offset=self.offset, limit=1, timeout=dtm.timedelta(0), allowed_updates=self._allowed
+            )
+        except TelegramError as err:
+            log.warning("telegram: could not confirm updates below %d: %s", self.offset, err)
+
+    async def _fetch(self) -> Sequence[Update]:
+        try:
+            updates = await self._bot.get_updates(
+                offset=self.offset or None, timeout=self._timeout, allowed_updates=self._allowed
+            )
+        except RetryAfter as err:
+            await asyncio.sleep(_seconds(err.retry_after))
+            return ()
+        except Exception as exc:  # network, 5xx, 409 from a second poller: back off, refetch
+            delay = self._net_backoff.next()
+            self._log.warning(
+                "fetch", "telegram: getUpdates failed (%s: %s); retrying in %.1fs",
+                type(exc).__name__, exc, delay,
+            )  # fmt: skip
+            await asyncio.sleep(delay)
+            return ()
+        self._net_backoff.reset()
+        return updates
+
+    async def _hand_over(self, update: Update) -> bool:
+        try:
+            await self._deliver(update.to_dict())
+        except Exception as exc:  # not taken: keep the offset here and fetch it again
+            delay = self._sink_backoff.next()
+            self._log.warning(
+                "sink", "telegram: the gateway did not take update %d (%s: %s); "
+                "fetching it again in %.1fs", update.update_id, type(exc).__name__, exc, delay,
+            )  # fmt: skip
+            await asyncio.sleep(delay)
+            return False
+        self._sink_backoff.reset()
+        self.offset = update.update_id + 1
+        return True
+
+
+def _seconds(value: int | dtm.timedelta) -> float:
+    return value.total_seconds() if isinstance(value, dtm.timedelta) else float(value)

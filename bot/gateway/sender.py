@@ -1,0 +1,289 @@
+"""Settle one outbox entry: observe, decide (:mod:`bot.gateway.delivery`), act, repeat.
+
+The adapter posts a split message part by part; each part's platform id is recorded in
+Redis before the next part goes out, so whoever sends the entry next (a retry, a restarted
+or another gateway) resumes after the last part posted. The one part that can be in doubt
+(posted, then the gateway died before recording it) is settled by the adapter as the
+platform allows (see :mod:`bot.ports`).
+
+Failpoints (:mod:`bot.failpoints`) mark the instants a fault test can kill the gateway at:
+``egress.before_send``; ``egress.after_send`` (the platform took a part, Redis has not
+recorded it: the part in doubt); ``egress.between_parts`` (a part recorded, the next not
+posted); ``egress.before_ack`` (every part recorded; no delivered marker, no ack yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import redis.asyncio as aioredis
+
+from bot import failpoints
+from bot.errors import DeliveryError
+from bot.gateway import delivery as d
+from bot.ports import OutboundChannel, PartLog
+from bot.store.outbox import Outbox, entry_time
+from bot.types import Outbound
+
+# Delivery log lines keep the logger name they always had: operators filter on it.
+log = logging.getLogger("bot.gateway.egress")
+
+SENDING_LOCK_SECONDS = 30.0  # renewed while a send (with its retries) is in progress
+REDIS_RETRY_CAP = 2.0  # longest pause between two tries of a step that lost Redis
+REDIS_ERRORS = (aioredis.ConnectionError, aioredis.TimeoutError, OSError)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One outbox entry as read from the stream (``message`` is ``None`` if malformed)."""
+
+    entry_id: str
+    message: Outbound | None
+    raw: Mapping[str, str]
+    lane: str
+    resumed: bool = False  # found unattended in this gateway's pending list: in doubt
+
+    @property
+    def key(self) -> str:
+        key = self.message.idempotency_key if self.message else ""
+        return key or f"entry:{self.entry_id}"
+
+
+def parse_entry(entry_id: str, fields: Mapping[str, str], *, resumed: bool = False) -> Entry:
+    try:
+        message = Outbound.from_json(json.loads(fields["data"]))
+    except (KeyError, ValueError, TypeError) as exc:
+        log.warning("outbox entry %s is malformed: %s", entry_id, exc)
+        return Entry(entry_id=entry_id, message=None, raw=fields, lane="malformed", resumed=resumed)
+    t = message.thread
+    lane = f"{t.platform}|{t.chat}|{t.thread}"
+    return Entry(entry_id=entry_id, message=message, raw=fields, lane=lane, resumed=resumed)
+
+
+def reraise_if_cancelling() -> None:
+    """redis-py may turn a cancelled blocking read into ConnectionError; keep the cancel."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel until done: a client library may swallow one cancel (never await unbounded)."""
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1)
+
+
+@dataclass(kw_only=True)
+class _Progress:
+    """What this gateway did with one entry (the decision's input besides Redis)."""
+
+    attempts: int = 0
+    sent: tuple[str, ...] | None = None
+    failure: d.Failure | None = None
+    holding: bool = False
+    counted: bool = False
+
+
+class Sender:
+    """Delivers entries one at a time per caller (egress runs one per thread lane).
+
+    Args:
+        outbox: The outbox store.
+        adapters: Adapter per platform name.
+        policy: Retry budget and backoff.
+        consumer: This gateway's consumer name (also the sending lock's token).
+
+    Attributes:
+        starting: Platforms whose adapter has not started yet (the gateway retries them);
+            their entries wait instead of spending retries.
+    """
+
+    def __init__(
+        self,
+        *,
+        outbox: Outbox,
+        adapters: Mapping[str, OutboundChannel],
+        policy: d.Policy,
+        consumer: str,
+    ) -> None:
+        self.outbox = outbox
+        self.adapters = adapters
+        self.policy = policy
+        self.consumer = consumer
+        self.closing = False
+        self.starting: Callable[[], Collection[str]] = tuple
+        self.in_flight = 0  # sends between the first post and the delivered record
+        self.delivered = 0
+
+    async def deliver(self, entry: Entry) -> None:
+        """Settle ``entry``; when Redis goes away midway, start over as soon as it is back."""
+        pause, resumed = 0.05, entry.resumed
+        while not self.closing:
+            try:
+                await self._deliver(entry, resumed=resumed)
+                return
+            except REDIS_ERRORS as exc:
+                reraise_if_cancelling()
+                log.warning("delivery of %s lost Redis (%s); retrying", entry.key, exc)
+            await asyncio.sleep(pause)
+            pause, resumed = min(pause * 2, REDIS_RETRY_CAP), True
+
+    async def _deliver(self, entry: Entry, *, resumed: bool) -> None:
+        message, key = entry.message, entry.key
+        platform = message.thread.platform if message else ""
+        progress = _Progress()
+        async with self._lock_renewed(key, progress):
+            while not self.closing:
+                state = d.State(
+                    consumer=self.consumer,
+                    platform=platform,
+                    malformed=message is None,
+                    adapter=platform in self.adapters,
+                    ready=platform not in self.starting(),
+                    snapshot=await self.outbox.snapshot(entry.entry_id, key, me=self.consumer),
+                    attempts=progress.attempts,
+                    sent=progress.sent,
+                    failure=progress.failure,
+                    resumed=resumed,
+                )
+                action = d.decide(state, self.policy)
+                await self._perform(action, entry, progress, state.snapshot.parts)
+                if isinstance(action, d.SETTLING):
+                    return
+
+    async def _perform(
+        self, action: d.Action, entry: Entry, progress: _Progress, posted: dict[int, str]
+    ) -> None:
+        match action:
+            case d.Ack():
+                await self.outbox.ack(entry.entry_id)
+            case d.Lock():
+                progress.holding = await self.outbox.lock(
+                    entry.key, self.consumer, seconds=SENDING_LOCK_SECONDS
+                )
+            case d.Wait(seconds=seconds):
+                await asyncio.sleep(seconds)
+            case d.BreakLock(holder=holder):
+                if await self.outbox.unlock(entry.key, holder):
+                    log.warning("gateway %s died while sending %s; taking over", holder, entry.key)
+            case d.Send():
+                await self._send(action, entry, progress, posted)
+            case d.Retry(after=after, reason=reason):
+                log.info(
+                    "send of %s failed (%s); retry %d in %.1fs",
+                    entry.key,
+                    reason,
+                    progress.attempts,
+                    after,
+                )
+                await asyncio.sleep(after)
+                progress.failure = None
+            case d.MarkDelivered(ids=ids):
+                failpoints.hit("egress.before_ack")
+                await self.outbox.mark_delivered(entry.entry_id, entry.key, list(ids))
+                self._uncount(progress)
+                self.delivered += 1
+            case d.DeadLetter(reason=reason):
+                await self._dead_letter(entry, reason)
+
+    async def _send(
+        self, action: d.Send, entry: Entry, progress: _Progress, posted: dict[int, str]
+    ) -> None:
+        assert entry.message is not None  # decide() dead-letters malformed entries
+        adapter = self.adapters[entry.message.thread.platform]
+        parts = PartLog(
+            key=entry.key,
+            posted=dict(posted),
+            in_doubt=action.in_doubt,
+            since=entry_time(entry.entry_id),
+            recorder=self._recorder(entry.key),
+        )
+        failpoints.hit("egress.before_send")
+        progress.attempts += 1
+        if not progress.counted:  # a graceful stop waits for send + record
+            progress.counted = True
+            self.in_flight += 1
+        try:
+            progress.sent = tuple(await adapter.send(entry.message, parts=parts))
+        except DeliveryError as exc:
+            progress.failure = d.Failure(
+                reason=str(exc), retry_after=exc.retry_after, permanent=exc.permanent
+            )
+        except REDIS_ERRORS:
+            raise
+        except Exception as exc:  # an adapter bug or network error: retry like a 5xx
+            log.warning("adapter %s raised %s", adapter.platform, type(exc).__name__)
+            progress.failure = d.Failure(reason=f"{type(exc).__name__}: {exc}")
+        if progress.failure is not None:
+            self._uncount(progress)
+
+    def _recorder(self, key: str) -> Callable[[int, str], Awaitable[None]]:
+        async def record(index: int, message_id: str) -> None:
+            failpoints.hit("egress.after_send")  # posted, not recorded: the part in doubt
+            await self._until_recorded(lambda: self.outbox.record_part(key, index, message_id))
+            failpoints.hit("egress.between_parts")
+
+        return record
+
+    async def _until_recorded(self, step: Callable[[], Awaitable[T]]) -> T:
+        """Run ``step`` until Redis takes it: a part the platform accepted must be recorded."""
+        pause = 0.05
+        while True:
+            try:
+                return await step()
+            except REDIS_ERRORS as exc:
+                reraise_if_cancelling()
+                if self.closing:
+                    raise
+                log.warning("recording a posted part lost Redis (%s); retrying", exc)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, REDIS_RETRY_CAP)
+
+    def _uncount(self, progress: _Progress) -> None:
+        if progress.counted:
+            progress.counted = False
+            self.in_flight -= 1
+
+    @contextlib.asynccontextmanager
+    async def _lock_renewed(self, key: str, progress: _Progress) -> AsyncIterator[None]:
+        """Renew the sending lock while held; release it at the end (it lapses after a crash)."""
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(SENDING_LOCK_SECONDS / 3)
+                try:
+                    if progress.holding and not await self.outbox.lock(
+                        key, self.consumer, seconds=SENDING_LOCK_SECONDS
+                    ):
+                        log.warning("sending lock for %s was lost", key)
+                except (aioredis.RedisError, OSError) as exc:  # Redis away: the send goes on
+                    reraise_if_cancelling()
+                    log.warning("sending lock for %s not renewed: %s", key, exc)
+
+        renewal = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            self._uncount(progress)
+            await cancel_all([renewal])
+            if progress.holding:
+                with contextlib.suppress(aioredis.RedisError, OSError):
+                    await self.outbox.unlock(key, self.consumer)
+
+    async def _dead_letter(self, entry: Entry, reason: str) -> None:
+        what = "malformed entry"
+        if entry.message is not None:
+            m = entry.message
+            what = f"{m.kind.value} {m.idempotency_key or '-'} to {entry.lane}"
+        log.error("outbox entry %s (%s) dead-lettered: %s", entry.entry_id, what, reason)
+        await self.outbox.dead_letter(entry.entry_id, entry.raw, reason)

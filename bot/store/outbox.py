@@ -1,0 +1,248 @@
+"""The outbox and everything egress keeps beside it, in one owner.
+
+Structures (keys in :mod:`bot.keys`): the ``outbox`` stream and its consumer group
+``gateway``; per idempotency key the ``delivered`` marker, the ``sending`` lock and the
+``parts`` hash (part index -> platform id of each part already posted); the ``outbox:dead``
+stream; each gateway's ``alive`` key. Writers (workers, ingress) only append to the stream
+(:func:`put_outbound`, sync); the gateway reads and settles entries through :class:`Outbox`
+(async, a client with ``decode_responses=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from bot.keys import Keys
+from bot.types import Outbound
+
+GROUP = "gateway"
+DELIVERED_TTL = 7 * 86_400  # the delivered marker and the parts hash live this long
+DEAD_LETTER_MAXLEN = 100_000
+
+Fields = Mapping[str, str]
+
+# The sending lock: take it when free, extend it when ours (so a retried command is a no-op).
+_ACQUIRE = """
+local holder = redis.call('GET', KEYS[1])
+if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+return 0
+"""
+_DELETE_IF_EQUAL = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def encode(message: Outbound) -> dict[str, str]:
+    """The stream fields of one outbox entry."""
+    return {"data": json.dumps(message.to_json())}
+
+
+def put_outbound(client: redis.Redis, keys: Keys, message: Outbound) -> str:
+    """Queue ``message`` for delivery; returns the stream entry id."""
+    entry = client.xadd(keys.outbox, encode(message))  # type: ignore[arg-type]
+    return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+
+def entry_time(entry_id: str) -> float:
+    """Epoch seconds at which the stream entry ``entry_id`` was written."""
+    return stream_id(entry_id)[0] / 1000
+
+
+def stream_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = str(entry_id).partition("-")
+    return int(ms), int(seq or 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """Everything Redis says about one entry and its key, read in one round trip."""
+
+    delivered: bool
+    pending: bool
+    deliveries: int
+    holder: str | None
+    holder_alive: bool
+    parts: dict[int, str] = field(default_factory=dict)
+
+
+class Outbox:
+    """The gateway's view of the outbox.
+
+    Args:
+        redis: Async client with ``decode_responses=True``.
+        keys: Key builder.
+    """
+
+    def __init__(self, *, redis: aioredis.Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._acquire = redis.register_script(_ACQUIRE)
+        self._delete_if_equal = redis.register_script(_DELETE_IF_EQUAL)
+
+    # -- the stream and its group -----------------------------------------------------------
+
+    async def ensure_group(self) -> None:
+        try:
+            await self.redis.xgroup_create(self.keys.outbox, GROUP, id="0", mkstream=True)
+        except aioredis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def read_new(self, consumer: str, *, count: int = 100) -> list[Any]:
+        """Entries never handed to any consumer, now ``consumer``'s (blocks up to 1 s)."""
+        replies: Any = await self.redis.xreadgroup(
+            GROUP, consumer, {self.keys.outbox: ">"}, count=count, block=1000
+        )
+        return [entry for _stream, entries in replies or [] for entry in entries]
+
+    async def unacknowledged(
+        self, consumer: str, *, besides: set[str], count: int = 100
+    ) -> list[Any]:
+        """Entries handed to ``consumer``, not acknowledged and not in ``besides``, with their
+        fields (``None`` when trimmed). Read-only: delivery counts and idle times stay."""
+        ids: list[str] = []
+        low = "-"
+        while True:
+            found: Any = await self.redis.xpending_range(
+                self.keys.outbox, GROUP, min=low, max="+", count=count, consumername=consumer
+            )
+            page = [str(p["message_id"]) for p in found if p["message_id"] != low]
+            ids += [i for i in page if i not in besides]
+            if len(found) < count or not page:
+                break
+            low = page[-1]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for entry_id in ids:
+                pipe.xrange(self.keys.outbox, min=entry_id, max=entry_id)
+            ranges = await pipe.execute() if ids else []
+        return [(i, found[0][1] if found else None) for i, found in zip(ids, ranges, strict=True)]
+
+    async def consumers(self) -> list[tuple[str, int]]:
+        """``(name, pending count)`` of every consumer in the group."""
+        found: Any = await self.redis.xinfo_consumers(self.keys.outbox, GROUP)
+        return [(c["name"], int(c["pending"])) for c in found]
+
+    async def pending_ids(self, consumer: str, *, count: int = 100) -> list[str]:
+        found: Any = await self.redis.xpending_range(
+            self.keys.outbox, GROUP, min="-", max="+", count=count, consumername=consumer
+        )
+        return [p["message_id"] for p in found]
+
+    async def claim(self, consumer: str, ids: list[str]) -> list[Any]:
+        """Move ``ids`` to ``consumer`` now; entries trimmed meanwhile come back empty."""
+        claimed: Any = await self.redis.xclaim(
+            self.keys.outbox, GROUP, consumer, min_idle_time=0, message_ids=list[Any](ids)
+        )
+        return list(claimed)
+
+    async def autoclaim(self, consumer: str, idle_ms: int, start: str) -> tuple[str, list[Any]]:
+        """Claim entries idle for ``idle_ms``; returns the next start id and the entries."""
+        result: Any = await self.redis.xautoclaim(
+            self.keys.outbox, GROUP, consumer, idle_ms, start_id=start, count=100
+        )
+        return str(result[0]), list(result[1])
+
+    async def forget_consumer(self, name: str) -> None:
+        await self.redis.xgroup_delconsumer(self.keys.outbox, GROUP, name)
+
+    async def ack(self, entry_id: str) -> None:
+        await self.redis.xack(self.keys.outbox, GROUP, entry_id)
+
+    async def trim(self, *, keep_seconds: float) -> int:
+        """Drop entries every group acknowledged and older than ``keep_seconds``."""
+        floor = f"{int((time.time() - keep_seconds) * 1000)}-0"
+        groups: Any = await self.redis.xinfo_groups(self.keys.outbox)
+        for group in groups:
+            summary: Any = await self.redis.xpending(self.keys.outbox, group["name"])
+            low = summary["min"] if summary["pending"] else group["last-delivered-id"]
+            if stream_id(low) < stream_id(floor):
+                floor = low  # never past an entry someone has not acknowledged
+        if not groups:
+            return 0
+        return int(await self.redis.xtrim(self.keys.outbox, minid=floor, approximate=False))
+
+    async def drained(self) -> bool:
+        """True when every entry written so far has been read and acknowledged."""
+        info: Any = await self.redis.xinfo_groups(self.keys.outbox)
+        group = next((g for g in info if g["name"] == GROUP), None)
+        if group is None:
+            return False
+        stream: Any = await self.redis.xinfo_stream(self.keys.outbox)
+        return bool(
+            group["pending"] == 0 and group["last-delivered-id"] == stream["last-generated-id"]
+        )
+
+    # -- one entry ---------------------------------------------------------------------------
+
+    async def snapshot(self, entry_id: str, key: str, *, me: str = "") -> Snapshot:
+        """The entry's state; a sending lock held by ``me`` counts as alive unasked."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(self.keys.delivered(key))
+            pipe.xpending_range(self.keys.outbox, GROUP, min=entry_id, max=entry_id, count=1)
+            pipe.get(self.keys.sending(key))
+            pipe.hgetall(self.keys.parts(key))
+            delivered, pending, holder, parts = await pipe.execute()
+        alive = holder == me or (
+            holder is not None and bool(await self.redis.exists(self.keys.gateway_alive(holder)))
+        )
+        return Snapshot(
+            delivered=bool(delivered),
+            pending=bool(pending),
+            deliveries=int(pending[0]["times_delivered"]) if pending else 0,
+            holder=holder,
+            holder_alive=alive,
+            parts={int(index): str(value) for index, value in parts.items()},
+        )
+
+    async def lock(self, key: str, consumer: str, *, seconds: float) -> bool:
+        """Take or extend the sending lock of ``key`` for ``consumer``."""
+        return bool(
+            await self._acquire(keys=[self.keys.sending(key)], args=[consumer, int(seconds * 1000)])
+        )
+
+    async def unlock(self, key: str, holder: str) -> bool:
+        """Drop the sending lock of ``key`` if ``holder`` holds it."""
+        return bool(await self._delete_if_equal(keys=[self.keys.sending(key)], args=[holder]))
+
+    async def record_part(self, key: str, index: int, message_id: str) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self.keys.parts(key), str(index), message_id)
+            pipe.expire(self.keys.parts(key), DELIVERED_TTL)
+            await pipe.execute()
+
+    async def mark_delivered(self, entry_id: str, key: str, ids: list[str]) -> None:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.delivered(key), json.dumps(ids), ex=DELIVERED_TTL)
+            pipe.xack(self.keys.outbox, GROUP, entry_id)
+            await pipe.execute()
+
+    async def dead_letter(self, entry_id: str, fields: Fields, reason: str) -> None:
+        dead: dict[Any, Any] = {**fields, "reason": reason, "entry_id": entry_id}
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(self.keys.dead_letter, dead, maxlen=DEAD_LETTER_MAXLEN, approximate=True)
+            pipe.xack(self.keys.outbox, GROUP, entry_id)
+            await pipe.execute()
+
+    # -- gateway liveness --------------------------------------------------------------------
+
+    async def beat(self, consumer: str, *, ttl: float) -> None:
+        """Refresh ``consumer``'s liveness key (it lapses ``ttl`` seconds after a crash)."""
+        alive = self.keys.gateway_alive(consumer)
+        await self.redis.set(alive, f"{time.time():.3f}", px=int(ttl * 1000))
+
+    async def last_beat(self, consumer: str) -> str | None:
+        value: Any = await self.redis.get(self.keys.gateway_alive(consumer))
+        return None if value is None else str(value)
+
+    async def retire(self, consumer: str) -> None:
+        """Drop ``consumer``'s liveness key so others take its entries over at once."""
+        await self.redis.delete(self.keys.gateway_alive(consumer))

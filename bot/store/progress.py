@@ -1,0 +1,93 @@
+"""The progress stream and the status message of each run, in one owner.
+
+Workers append progress events (:func:`put_progress`, sync) to a capped stream, so a flood
+never delays an announce; the gateway reads them from "now" and keeps, per run, the
+platform id of the status message it edits (:class:`ProgressStore`, async), so a restarted
+gateway edits the same message instead of posting a new one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from bot.keys import Keys
+from bot.types import ThreadRef
+
+PROGRESS_MAXLEN = 10_000
+STATUS_TTL = 7 * 86_400
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgressEvent:
+    """One step of a run, rendered by the gateway as that run's status line."""
+
+    run_id: str
+    thread: ThreadRef
+    text: str
+    final: bool = False
+
+
+def put_progress(client: redis.Redis, keys: Keys, event: ProgressEvent) -> None:
+    """Append a progress event to its capped stream (a flood never delays announces)."""
+    client.xadd(
+        keys.progress,
+        {
+            "run_id": event.run_id,
+            "thread": json.dumps(event.thread.to_json()),
+            "text": event.text,
+            "final": "1" if event.final else "",
+            "ts": str(time.time()),
+        },
+        maxlen=PROGRESS_MAXLEN,
+        approximate=True,
+    )
+
+
+def decode(fields: Mapping[str, str]) -> ProgressEvent | None:
+    """A stream entry's fields as an event; ``None`` when malformed."""
+    try:
+        thread = ThreadRef.from_json(json.loads(fields["thread"]))
+        return ProgressEvent(
+            run_id=fields["run_id"],
+            thread=thread,
+            text=fields.get("text", ""),
+            final=bool(fields.get("final")),
+        )
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+class ProgressStore:
+    """The gateway's side: read events, remember status message ids.
+
+    Args:
+        redis: Async client with ``decode_responses=True``.
+        keys: Key builder.
+    """
+
+    def __init__(self, *, redis: aioredis.Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    async def read(self, after: str, *, count: int = 200) -> list[tuple[str, ProgressEvent | None]]:
+        """Events after stream id ``after`` (``"$"``: from now), blocking up to 1 s."""
+        replies: Any = await self.redis.xread({self.keys.progress: after}, count=count, block=1000)
+        return [(i, decode(f)) for _stream, entries in replies or [] for i, f in entries]
+
+    async def status_message(self, run_id: str) -> str | None:
+        found: Any = await self.redis.hget(self.keys.status_message(run_id), "id")
+        return None if found is None else str(found)
+
+    async def remember_status(self, run_id: str, message_id: str) -> None:
+        key = self.keys.status_message(run_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, "id", message_id)
+            pipe.expire(key, STATUS_TTL)
+            await pipe.execute()

@@ -19,6 +19,8 @@ class ToolContext:
         thread: Where answers for this session go.
         requester: ``platform:user_id`` of the person whose message started this work.
         agent_id: The agent doing the work.
+        workspace_key: The requester session whose workspace (files) this work shares:
+            the main agent's session, and for a subagent the session that spawned it.
         model: The model client, for tools that ask the endpoint (e.g. its model list).
         run_id: Set when the caller is a subagent run.
         spawned: Run ids spawned during this turn (bounded per turn).
@@ -29,9 +31,15 @@ class ToolContext:
     thread: ThreadRef
     requester: str
     agent_id: str
+    workspace_key: str = ""
     model: ChatModel | None = None
     run_id: str | None = None
     spawned: list[str] = field(default_factory=list)
+
+    @property
+    def workspace(self) -> str:
+        """The workspace's session key (the calling session when none was given)."""
+        return self.workspace_key or self.session_key
 
     def known_models(self) -> frozenset[str] | None:
         """The models the endpoint lists (None when it cannot say, or there is no client)."""

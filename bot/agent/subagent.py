@@ -47,6 +47,7 @@ class SubagentBody:
             thread=record.thread,
             requester=record.requester,
             agent_id=record.agent_id,
+            workspace_key=record.session_key,
             model=self.model,
             run_id=record.run_id,
         )

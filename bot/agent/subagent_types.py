@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.agent.tools import BUILTIN_TOOLS, SESSION_TOOLS, Tool, allowed, load_plugin_tools
+from bot.agent.tools import SESSION_TOOLS, Tool, allowed
+from bot.agent.tools.catalog import all_tools
 from bot.config import Settings, SubagentType
 from bot.runs.catalog import GENERAL_PURPOSE, subagent_types
 
@@ -13,8 +14,7 @@ __all__ = ["GENERAL_PURPOSE", "available_tools", "subagent_types", "tools_for_ty
 
 def available_tools(settings: Settings) -> list[Tool]:
     """Built-in plus plug-in tools (never session tools: those are the main agent's)."""
-    tools = [*BUILTIN_TOOLS, *load_plugin_tools(settings.tools.extra)]
-    return [t for t in tools if t.name not in SESSION_TOOLS]
+    return [t for t in all_tools(settings) if t.name not in SESSION_TOOLS]
 
 
 def tools_for_type(

@@ -1,0 +1,38 @@
+"""Every tool family the agents can be given, gathered in one place.
+
+Each family is a function ``(settings) -> list[Tool]`` that returns nothing when it is not
+configured or cannot work here (no search provider, no sandbox), so an agent is never
+offered a tool that cannot run. Policy (allow/deny per agent and type) is applied later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bot.agent.tools import BUILTIN_TOOLS, Tool, load_plugin_tools
+from bot.config import Settings
+
+Family = Callable[[Settings], list[Tool]]
+
+
+def _builtin(settings: Settings) -> list[Tool]:
+    return list(BUILTIN_TOOLS)
+
+
+def _plugins(settings: Settings) -> list[Tool]:
+    return load_plugin_tools(settings.tools.extra)
+
+
+FAMILIES: list[Family] = [
+    _builtin,
+    _plugins,
+]
+
+
+def all_tools(settings: Settings) -> list[Tool]:
+    """Every tool the configured families offer (later names do not shadow earlier ones)."""
+    seen: dict[str, Tool] = {}
+    for family in FAMILIES:
+        for tool in family(settings):
+            seen.setdefault(tool.name, tool)
+    return list(seen.values())

@@ -118,16 +118,25 @@ class SubagentType(_Section):
     model: str | None = None
 
 
+class ToolRule(_Section):
+    """One layer of tool policy (names or fnmatch patterns); deny wins."""
+
+    allow: list[str] = Field(default_factory=list, description="Empty means every tool.")
+    deny: list[str] = Field(default_factory=list)
+
+
 class AgentSettings(_Section):
     system_prompt: str = ""
     model: str | None = None
     subagent_model: str | None = None
     subagent_thinking: str | None = None
+    tools: ToolRule = Field(default_factory=ToolRule, description="This agent's main turns.")
 
 
 class ToolPolicy(_Section):
     allow: list[str] = Field(default_factory=list, description="Empty means every tool.")
     deny: list[str] = Field(default_factory=list)
+    subagents: ToolRule = Field(default_factory=ToolRule, description="Subagent runs only.")
     extra: list[str] = Field(
         default_factory=list, description="Plug-in tools as 'module:attribute'."
     )

@@ -21,8 +21,11 @@ import aiohttp
 import openai
 import redis
 
+from bot.agent import policy
 from bot.agent.llm import ChatModel
 from bot.agent.model_errors import model_error_text
+from bot.agent.session_tools import SESSION_TOOLS_LIST
+from bot.agent.subagent_types import available_tools, subagent_types, tools_for_type
 from bot.config import Settings, config_path
 from bot.config_check import public_url
 from bot.keys import Keys
@@ -316,9 +319,29 @@ def platform_url(settings: Settings, platform: str) -> str:
     return public_url(str(url))
 
 
+def check_tools(settings: Settings) -> list[Check]:
+    """The effective tool list of each agent's main turns and of each subagent type."""
+    pool = [*SESSION_TOOLS_LIST, *available_tools(settings)]
+    checks = []
+    for agent_id in sorted({settings.agent_id, *settings.agents}):
+        names = [t.name for t in policy.main_agent_tools(settings, agent_id, pool)]
+        spawns = "sessions_spawn" in names
+        detail = ", ".join(names) or "(none)"
+        if not spawns:
+            detail += " (no sessions_spawn: this agent cannot fan out)"
+        checks.append(Check(name=f"tools {agent_id}", ok=True, warn=not spawns, detail=detail))
+    for name, sub_type in subagent_types(settings).items():
+        names = [t.name for t in tools_for_type(sub_type, settings)]
+        checks.append(
+            Check(name=f"tools type {name}", ok=True, detail=", ".join(names) or "(none)")
+        )
+    return checks
+
+
 def run_checks(settings: Settings) -> list[Check]:
     """Every check, in report order."""
     checks = [check_config(), *check_redis(settings), check_model(settings)]
+    checks.extend(check_tools(settings))
     warnings = [check_platforms_configured(settings)]
     if settings.matrix.configured:
         warnings.append(check_matrix_invites(settings))

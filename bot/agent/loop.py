@@ -10,6 +10,7 @@ and each tool result is cut to ``max_tool_chars`` before the model or the transc
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ from bot.errors import RunDeadline
 from bot.steps import LoopControl, LoopResult, Message, Meter
 
 log = logging.getLogger(__name__)
+
+ARG_PREVIEW_CHARS = 40
 
 __all__ = ["LoopControl", "LoopResult", "Meter", "run_loop"]
 
@@ -67,7 +70,7 @@ def run_loop(
         for call in completion.tool_calls:
             control.checkpoint()
             meter.tool_calls += 1
-            control.progress(_status(meter, f"🔧 {call.name}"))
+            control.progress(_status(meter, f"🔧 {call.name}{short_args(call.arguments)}"))
             result = _run_call(by_name, call, ctx, max_tool_chars)
             _append(messages, {"role": "tool", "tool_call_id": call.id, "content": result}, control)
     return LoopResult(text=meter.last_text, complete=False)
@@ -106,6 +109,23 @@ def _request_timeout(control: LoopControl, configured: float) -> float:
     if remaining <= 0:
         raise RunDeadline("soft deadline reached")
     return max(1.0, min(configured, remaining))
+
+
+def short_args(arguments: str, limit: int = ARG_PREVIEW_CHARS) -> str:
+    """``(https://example.com/a…)``: the call's first argument, on one line, for a status
+    card; empty when there is none (pure, tolerates any text the model sent)."""
+    try:
+        data = json.loads(arguments or "{}")
+    except (json.JSONDecodeError, RecursionError):
+        return ""
+    if not isinstance(data, dict) or not data:
+        return ""
+    first = next(iter(data.values()))
+    text = " ".join((first if isinstance(first, str) else json.dumps(first)).split())
+    text = text.replace("`", "'")
+    if not text:
+        return ""
+    return f"({text if len(text) <= limit else text[: limit - 1] + '…'})"
 
 
 def _status(meter: Meter, doing: str) -> str:

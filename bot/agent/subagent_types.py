@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.agent.tools import SESSION_TOOLS, Tool, allowed
+from bot.agent import policy
+from bot.agent.tools import SESSION_TOOLS, Tool
 from bot.agent.tools.catalog import all_tools
 from bot.config import Settings, SubagentType
 from bot.runs.catalog import GENERAL_PURPOSE, subagent_types
@@ -20,8 +21,6 @@ def available_tools(settings: Settings) -> list[Tool]:
 def tools_for_type(
     sub_type: SubagentType, settings: Settings, tools: Sequence[Tool] | None = None
 ) -> list[Tool]:
-    """The type's tool list (empty = every tool) filtered by policy, session tools removed."""
-    pool = {t.name: t for t in (tools if tools is not None else available_tools(settings))}
-    wanted = sub_type.tools or list(pool)
-    names = allowed(wanted, allow=settings.tools.allow, deny=settings.tools.deny)
-    return [pool[n] for n in names if n in pool and n not in SESSION_TOOLS]
+    """The type's tools by policy (:mod:`bot.agent.policy`); never a session tool."""
+    pool = tools if tools is not None else available_tools(settings)
+    return policy.subagent_tools(settings, sub_type, pool)

@@ -13,14 +13,16 @@ from typing import Any
 import openai
 from rq.timeouts import BaseTimeoutException
 
+from bot.agent import policy
 from bot.agent.context import ToolContext
 from bot.agent.llm import ChatModel
 from bot.agent.loop import LoopControl, Meter, run_loop
 from bot.agent.model_errors import model_error_text
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools
-from bot.agent.tools import Tool, allowed
+from bot.agent.tools import Tool
 from bot.clip import clip_markdown
+from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import RunInterrupted
 from bot.sessions import qualified_user
@@ -40,12 +42,10 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-def main_agent_tools(deps: Deps) -> list[Tool]:
-    extra = [t for t in available_tools(deps.settings)]
-    pool = {t.name: t for t in (*SESSION_TOOLS_LIST, *extra)}
-    names = allowed(pool, allow=deps.settings.tools.allow, deny=deps.settings.tools.deny)
-    # Spawning is the main agent's purpose; a policy that removes it is honoured though.
-    return [pool[n] for n in names]
+def main_agent_tools(settings: Settings, agent_id: str) -> list[Tool]:
+    """The main agent's tools: session tools plus every available one, by policy."""
+    pool = [*SESSION_TOOLS_LIST, *available_tools(settings)]
+    return policy.main_agent_tools(settings, agent_id, pool)
 
 
 def execute_turn(deps: Deps, model: ChatModel, job: TurnJob) -> str:
@@ -88,7 +88,7 @@ def _answer(
             model=model,
             model_name=agent.model or deps.settings.openai.model,
             messages=messages,
-            tools=main_agent_tools(deps),
+            tools=main_agent_tools(deps.settings, job.agent_id),
             ctx=ctx,
             max_steps=deps.settings.openai.max_steps,
             meter=meter,

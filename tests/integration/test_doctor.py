@@ -182,3 +182,18 @@ async def test_an_unreachable_telegram_api(
     assert report.code == 1 and report.stderr == ""
     assert report.line("telegram") == f"BAD  telegram: cannot reach {api} (ClientConnectorError)"
     assert "secret-token" not in report.stdout
+
+
+def test_doctor_prints_each_agents_effective_tools(redis_url: str) -> None:
+    from bot.config import Settings
+    from bot.doctor import check_tools
+
+    settings = Settings(
+        redis_url=redis_url,
+        tools={"allow": ["current_time"]},
+        agents={"ops": {"tools": {"deny": ["sessions_spawn"]}}},
+    )
+    lines = {c.name: (c.mark, c.detail) for c in check_tools(settings)}
+    assert lines["tools main"][0] == "ok" and "sessions_spawn" in lines["tools main"][1]
+    assert lines["tools ops"][0] == "warn" and "cannot fan out" in lines["tools ops"][1]
+    assert lines["tools type general-purpose"] == ("ok", "current_time")

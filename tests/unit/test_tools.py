@@ -3,7 +3,7 @@ from typing import Any
 import pytest
 from rq.timeouts import JobTimeoutException
 
-from bot.agent.tools import BUILTIN_TOOLS, NoArgs, Tool, allowed, execute_tool
+from bot.agent.tools import BUILTIN_TOOLS, NoArgs, Tool, execute_tool
 from bot.errors import RunStopped
 
 TOOLS = {t.name: t for t in BUILTIN_TOOLS}
@@ -52,12 +52,6 @@ def test_long_results_are_truncated() -> None:
     assert run("t", "", tools, limit=10) == "y" * 10 + "\n[… truncated: 40 more characters]"
 
 
-def test_policy_deny_wins() -> None:
-    names = ["a", "b", "c"]
-    assert allowed(names, allow=[], deny=[]) == names
-    assert allowed(names, allow=["a", "b"], deny=["b"]) == ["a"]
-
-
 def test_model_retries_are_bounded_by_the_time_left() -> None:
     from bot.agent.llm import retries_within
 
@@ -66,3 +60,22 @@ def test_model_retries_are_bounded_by_the_time_left() -> None:
     assert retries_within(130, 60, 2) == 1  # two 60 s attempts fit, not three
     assert retries_within(59, 59, 3) == 0  # one attempt takes all the time left
     assert retries_within(3, 1.5, 3) == 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "shown"),
+    [
+        ('{"url": "https://example.com/a"}', "(https://example.com/a)"),
+        ('{"command": "ls  -la\\n/tmp"}', "(ls -la /tmp)"),
+        ('{"n": 42}', "(42)"),
+        ('{"q": "' + "x" * 100 + '"}', "(" + "x" * 39 + "…)"),
+        ("{}", ""),
+        ("not json", ""),
+        ("[1, 2]", ""),
+        ('{"code": "`rm`"}', "('rm')"),
+    ],
+)
+def test_a_status_card_shows_the_call_and_a_short_argument(arguments: str, shown: str) -> None:
+    from bot.agent.loop import short_args
+
+    assert short_args(arguments) == shown

@@ -180,9 +180,3 @@ def load_plugin_tools(paths: Iterable[str]) -> list[Tool]:
             raise ConfigError(f"FANBOT_TOOLS__EXTRA: {path!r} is not a Tool or list of Tools")
         loaded.extend(items)
     return loaded
-
-
-def allowed(names: Iterable[str], *, allow: Iterable[str], deny: Iterable[str]) -> list[str]:
-    """Filter tool names by policy: deny wins over allow; an empty allow list allows all."""
-    allow_set, deny_set = set(allow), set(deny)
-    return [n for n in names if n not in deny_set and (not allow_set or n in allow_set)]

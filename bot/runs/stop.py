@@ -2,11 +2,11 @@
 
 Stop, for one run:
 
-1. set its stop flag (the run checks it between steps, and RQ's callbacks read it);
-2. queued: cancel the RQ job first — ``Job.cancel`` gives its concurrency slot to the next
+1. queued: cancel the RQ job first — ``Job.cancel`` gives its concurrency slot to the next
    waiting run (finalize only drops the slot, it promotes nobody);
-3. finalize ``stopped`` right away, keeping the partial result the run recorded, so the
-   status and the announce never wait for a model call to return;
+2. finalize ``stopped`` right away, keeping the partial result the run recorded, so the
+   status and the announce never wait for a model call to return (and name who stopped it);
+3. set its stop flag (the run checks it between steps, and RQ's callbacks read it);
 4. running (or started meanwhile): hard-stop the work horse with RQ's stop command. That
    is a fire-and-forget pub/sub message, so the run also goes into ``stops:pending`` and
    the maintenance sweep re-sends it while the job still executes after
@@ -61,13 +61,15 @@ def stop_run(deps: Deps, run_id: str, *, by: str) -> StopResult:
         return StopResult(run_id=run_id, was=RunStatus.UNKNOWN)
     if record.status.terminal:
         return StopResult(run_id=run_id, was=record.status)
-    deps.runs.request_stop(run_id)
     executing = record.status is RunStatus.RUNNING
     if not executing:
         executing = deps.jobs.cancel_queued(record.job_id)
+    # Finalize before raising the flag: a run that sees the flag at a step boundary would
+    # otherwise end itself first, with a note that does not say who stopped it.
     ended = finalize_run(
         deps, run_id, status=RunStatus.STOPPED, result=None, notes=stop_note(deps, record, by)
     )
+    deps.runs.request_stop(run_id)
     sent = _hard_stop(deps, record) if executing else False
     log.info("run %s stopped by %s (ended=%s, hard stop=%s)", run_id, by, ended, sent)
     return StopResult(run_id=run_id, was=record.status, ended=ended, hard_stop_sent=sent)

@@ -13,6 +13,7 @@ Every :class:`~bot.errors.ConfigError` raised here is one line naming the settin
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -43,6 +44,7 @@ THINKING_LEVELS = ("off", "minimal", "low", "medium", "high")
 SECRET_NAMES = frozenset(
     {"api_key", "bot_token", "app_token", "signing_secret", "webhook_secret", "password"}
     | {"access_token"}
+    | {"headers", "env"}  # an MCP server's HTTP headers and environment carry its credentials
 )
 
 
@@ -261,6 +263,175 @@ class MatrixSettings(PlatformAccess):
         return bool(self.homeserver and self.user_id and (self.password or self.access_token))
 
 
+_HOSTNAME = re.compile(r"\.?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.?")
+
+
+class WebSettings(_Section):
+    """``web_fetch``: its bounds, and the hosts it may reach although they are not public."""
+
+    max_bytes: int = Field(
+        5_000_000, ge=1_000, le=200_000_000, description="A body is read up to this, then cut."
+    )
+    timeout_seconds: float = Field(
+        20.0, gt=0, le=600, description="The whole fetch: every redirect, the body included."
+    )
+    max_redirects: int = Field(5, ge=0, le=10)
+    max_chars: int = Field(
+        100_000, ge=1_000, le=1_000_000, description="The most a call may ask for (max_chars)."
+    )
+    allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hostnames ('.corp.example' also matches its subdomains), IPs or CIDRs "
+        "that may be fetched although private, loopback or link-local.",
+    )
+    user_agent: str = "fanbot-web-fetch/0.1"
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                if not _HOSTNAME.fullmatch(item):
+                    raise ValueError(f"{item!r} is neither a hostname nor an IP/CIDR") from None
+        return value
+
+
+class SearchSettings(_Section):
+    """``web_search``: offered only when a provider is configured."""
+
+    provider: Literal["searxng", "brave", "tavily"] | None = None
+    url: str | None = Field(
+        None, description="SearXNG's base URL (required); for Brave and Tavily, the API base."
+    )
+    api_key: SecretStr | None = None
+    timeout_seconds: float = Field(15.0, gt=0, le=120)
+    max_results: int = Field(10, ge=1, le=20, description="The most a call may ask for.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> SearchSettings:
+        if self.provider == "searxng" and not self.url:
+            raise ValueError("provider searxng needs url (the instance's base URL)")
+        if self.provider in ("brave", "tavily") and self.api_key is None:
+            raise ValueError(f"provider {self.provider} needs api_key (FANBOT_SEARCH__API_KEY)")
+        return self
+
+    @property
+    def configured(self) -> bool:
+        return self.provider is not None
+
+
+class WorkspaceSettings(_Section):
+    """The session workspace (files shared by a main agent and its subagents, in Redis)."""
+
+    max_file_bytes: int = Field(
+        1_000_000, ge=1_000, le=100_000_000, description="The largest file a workspace holds."
+    )
+    max_bytes: int = Field(
+        32_000_000,
+        ge=10_000,
+        le=1_000_000_000,
+        description="A session's whole workspace (paths and contents) holds at most this.",
+    )
+    max_files: int = Field(1_000, ge=1, le=100_000, description="Files per session workspace.")
+
+
+class AttachmentSettings(_Section):
+    """Files in and out of the thread: what a person posts, what a run writes under out/."""
+
+    max_bytes: int = Field(
+        10_000_000, ge=1_000, le=100_000_000, description="Largest file taken from a message."
+    )
+    max_files: int = Field(5, ge=0, le=50, description="Files taken from one message.")
+    max_out_files: int = Field(5, ge=0, le=50, description="Files attached to one announce.")
+    max_out_bytes: int = Field(
+        20_000_000, ge=0, le=500_000_000, description="Total bytes attached to one announce."
+    )
+
+
+class SandboxSettings(_Section):
+    """``execute``: shell commands in a bubblewrap sandbox over a copy of the workspace."""
+
+    mode: Literal["bwrap", "off", "unsafe-host"] = Field(
+        "bwrap",
+        description="bwrap: sandboxed (the tool is offered only when bwrap works here); off: "
+        "no execute tool; unsafe-host: commands run on the worker host WITHOUT isolation.",
+    )
+    bwrap_path: str = Field("bwrap", min_length=1, description="The bwrap binary (or a name).")
+    timeout_seconds: float = Field(60.0, gt=0, le=3600, description="Wall time per command.")
+    cpu_seconds: int = Field(30, ge=1, le=3600, description="CPU time per process.")
+    memory_mb: int = Field(512, ge=16, le=65_536, description="Address space per process.")
+    max_processes: int = Field(64, ge=4, le=4096, description="Processes per command.")
+    max_output_bytes: int = Field(
+        8_000, ge=1_000, le=10_000_000, description="Each of stdout and stderr is kept to this."
+    )
+    disk_mb: int = Field(
+        256,
+        ge=1,
+        le=100_000,
+        description="Each of /tmp (a tmpfs) and the workspace copy holds at most this.",
+    )
+    uid: int = Field(
+        65534, ge=1, description="The host uid commands run as when the worker runs as root."
+    )
+
+
+_MCP_SERVER_NAME = re.compile(r"(?!.*__)[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
+
+
+class McpServer(_Section):
+    """One MCP server: ``command`` (stdio: a subprocess) or ``url`` (streamable HTTP)."""
+
+    command: list[str] = Field(
+        default_factory=list, description="stdio: the program and its arguments."
+    )
+    env: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="stdio: extra environment variables (the server gets only these plus "
+        "HOME, LOGNAME, PATH, SHELL, TERM, USER).",
+    )
+    url: str | None = Field(None, pattern=r"^https?://", description="streamable HTTP endpoint.")
+    headers: dict[str, SecretStr] = Field(
+        default_factory=dict, description="HTTP: request headers, e.g. Authorization."
+    )
+    tools: list[str] = Field(
+        default_factory=list, description="The server's tool names to offer; empty: all."
+    )
+    timeout_seconds: float = Field(
+        30.0, gt=0, le=3600, description="Bounds starting, listing, and each call."
+    )
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("set either command (stdio) or url (streamable HTTP)")
+        if self.env and not self.command:
+            raise ValueError("env is for a command (stdio) server; an HTTP server takes headers")
+        if self.headers and not self.url:
+            raise ValueError("headers are for a url (HTTP) server; a command server takes env")
+        return self
+
+
+class McpSettings(_Section):
+    """MCP servers whose tools the agents get, as ``<server>__<tool>``."""
+
+    servers: dict[str, McpServer] = Field(
+        default_factory=dict, description="Server name -> how to reach it."
+    )
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServer]) -> dict[str, McpServer]:
+        for name in value:
+            if not _MCP_SERVER_NAME.fullmatch(name):
+                raise ValueError(
+                    f"server name {name!r}: use 1-32 letters, digits, _ and -, starting with "
+                    "a letter or digit, without '__'"
+                )
+        return value
+
+
 class Settings(BaseSettings):
     """Everything fanbot reads at start. See README "Configuration" for each key."""
 
@@ -289,6 +460,12 @@ class Settings(BaseSettings):
     slack: SlackSettings = Field(default_factory=SlackSettings)
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     matrix: MatrixSettings = Field(default_factory=MatrixSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    workspace: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
+    attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
     @field_validator("redis_url")
     @classmethod

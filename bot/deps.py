@@ -20,6 +20,7 @@ from bot.store.leases import Leases
 from bot.store.runs import RunsRegistry
 from bot.store.stops import Stops
 from bot.store.transcripts import TranscriptStore
+from bot.store.workspace import Limits, Workspace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,7 @@ class Deps:
     stops: Stops
     dedupe: Dedupe
     leases: Leases
+    workspace: Workspace
 
     @classmethod
     def build(cls, settings: Settings, *, client: Redis | None = None) -> Deps:
@@ -57,7 +59,18 @@ class Deps:
             stops=Stops(redis=client, keys=keys),
             dedupe=Dedupe(redis=client, keys=keys),
             leases=Leases(redis=client, keys=keys),
+            workspace=Workspace(redis=client, keys=keys, limits=_workspace_limits(settings)),
         )
 
     def close(self) -> None:
         self.redis.close()
+
+
+def _workspace_limits(settings: Settings) -> Limits:
+    ws = settings.workspace
+    return Limits(
+        max_file_bytes=ws.max_file_bytes,
+        max_bytes=ws.max_bytes,
+        max_files=ws.max_files,
+        ttl_seconds=settings.subagents.retention_days * 86_400,
+    )

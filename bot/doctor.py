@@ -26,6 +26,7 @@ from bot.agent.llm import ChatModel
 from bot.agent.model_errors import model_error_text
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools, subagent_types, tools_for_type
+from bot.agent.tools.sandbox import sandbox_status
 from bot.config import Settings, config_path
 from bot.config_check import public_url
 from bot.keys import Keys
@@ -338,10 +339,20 @@ def check_tools(settings: Settings) -> list[Check]:
     return checks
 
 
+def check_sandbox(settings: Settings) -> Check:
+    """Whether ``execute`` is offered, and why not (a warning when bwrap was wanted)."""
+    status = sandbox_status(settings.sandbox)
+    offered = "execute offered" if status.available else "execute not offered"
+    wanted = settings.sandbox.mode != "off"
+    warn = status.unsafe or (wanted and not status.available)
+    return Check(name="sandbox", ok=True, warn=warn, detail=f"{offered}: {status.detail}")
+
+
 def run_checks(settings: Settings) -> list[Check]:
     """Every check, in report order."""
     checks = [check_config(), *check_redis(settings), check_model(settings)]
     checks.extend(check_tools(settings))
+    checks.append(check_sandbox(settings))
     warnings = [check_platforms_configured(settings)]
     if settings.matrix.configured:
         warnings.append(check_matrix_invites(settings))

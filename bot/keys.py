@@ -30,6 +30,7 @@ key                                                type       what
 ``{p}stops:pending``                               zset       stopped run ids by hard-stop re-check
 ``{p}lock:reaper``                                 string     one reaper at a time
 ``{p}jobs:lost``                                   zset       job ids seen queued in no queue, by first sighting
+``{p}workspace:{sessionKey}``                      hash       session files: path -> bytes, #bytes/#files
 =================================================  =========  ================================
 """
 
@@ -126,6 +127,9 @@ class Keys:
     @property
     def lost_jobs(self) -> str:
         return f"{self.prefix}jobs:lost"
+
+    def workspace(self, session_key: str) -> str:
+        return f"{self.prefix}workspace:{session_key}"
 
 
 def glob_escape(text: str) -> str:

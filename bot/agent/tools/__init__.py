@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field, ValidationError
 from rq.timeouts import BaseTimeoutException
 
+from bot.agent.tools.json_schema import schema_problem
 from bot.errors import ConfigError, RunInterrupted, ToolError
 
 if TYPE_CHECKING:
@@ -33,6 +34,14 @@ SESSION_TOOLS = frozenset(
 )
 
 
+class NoArgs(BaseModel):
+    pass
+
+
+class _BadArguments(ValueError):
+    """Arguments that do not fit the tool's schema (the message names the problems)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Tool:
     """A function the model may call.
@@ -42,15 +51,22 @@ class Tool:
         description: What it is for, shown to the model.
         args: Pydantic model validating the arguments.
         run: ``(context, validated_args) -> text result``.
+        schema_json: A JSON schema given as data (an MCP server's tool). When set, it is
+            what the model sees, the arguments are checked against it, and ``run`` gets
+            them as a dict; ``args`` is then unused.
     """
 
     name: str
     description: str
-    args: type[BaseModel]
+    args: type[BaseModel] = NoArgs
     run: Callable[[ToolContext, Any], str]
+    schema_json: Mapping[str, Any] | None = None
 
     def schema(self) -> dict[str, Any]:
-        params = self.args.model_json_schema()
+        if self.schema_json is not None:
+            params = dict(self.schema_json)
+        else:
+            params = self.args.model_json_schema()
         params.pop("title", None)
         return {
             "type": "function",
@@ -77,12 +93,9 @@ def _execute(tools: Mapping[str, Tool], *, name: str, arguments: str, ctx: ToolC
     if not isinstance(raw, dict):
         return f"error: arguments for {name} must be a JSON object"
     try:
-        args = tool.args.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
-        )
-        return f"error: invalid arguments for {name}: {problems}"
+        args = _arguments(tool, raw)
+    except _BadArguments as exc:
+        return f"error: invalid arguments for {name}: {exc}"
     try:
         result = tool.run(ctx, args)
     except (BaseTimeoutException, RunInterrupted):
@@ -95,15 +108,27 @@ def _execute(tools: Mapping[str, Tool], *, name: str, arguments: str, ctx: ToolC
     return str(result)
 
 
+def _arguments(tool: Tool, raw: dict[str, Any]) -> Any:
+    """What ``tool.run`` gets for ``raw``; raises :class:`_BadArguments` naming the problems."""
+    if tool.schema_json is not None:
+        problem = schema_problem(tool.schema_json, raw)
+        if problem is not None:
+            raise _BadArguments(problem)
+        return raw
+    try:
+        return tool.args.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
+        )
+        raise _BadArguments(problems) from None
+
+
 def _bounded(text: str, limit: int) -> str:
     """Cut ``text`` with a note; copies only the kept head (a 10 MB result costs ``limit``)."""
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n[… truncated: {len(text) - limit} more characters]"
-
-
-class NoArgs(BaseModel):
-    pass
 
 
 class CalculateArgs(BaseModel):

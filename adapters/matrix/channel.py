@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import logging
 from pathlib import Path
@@ -31,16 +32,17 @@ from nio import (
 )
 
 from adapters.matrix import convert
+from adapters.matrix import files as mx_files
 from adapters.matrix.login import login, make_client
 from adapters.matrix.markup import Chunker, render, render_chunks
 from adapters.matrix.state import SessionFile, SessionState
 from bot.backoff import Backoff
 from bot.chunking import split_markdown
-from bot.config import MatrixSettings
+from bot.config import AttachmentSettings, MatrixSettings
 from bot.errors import DeliveryError
 from bot.logs import ThrottledLog
-from bot.ports import InboundSink, PartLog
-from bot.types import Outbound, OutboundKind, Platform, ThreadRef
+from bot.ports import InboundSink, OutFile, PartLog
+from bot.types import Inbound, Outbound, OutboundKind, Platform, ThreadRef
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +68,15 @@ class MatrixChannel:
     platform = Platform.MATRIX.value
 
     def __init__(
-        self, *, settings: MatrixSettings, store_path: Path, chunker: Chunker | None = None
+        self,
+        *,
+        settings: MatrixSettings,
+        store_path: Path,
+        chunker: Chunker | None = None,
+        attachments: AttachmentSettings | None = None,
     ) -> None:
         self.settings = settings
+        self.attachments = attachments or AttachmentSettings()
         self.store_path = Path(store_path)
         self.chunker: Chunker = chunker or split_markdown
         self._file = SessionFile(self.store_path)
@@ -251,10 +259,52 @@ class MatrixChannel:
             return
         if inbound.thread.thread:
             self._latest[(room.room_id, inbound.thread.thread)] = inbound.message_id
+        inbound = await self._with_files(inbound, source)
         try:
             await self._sink(inbound)
         except Exception as exc:  # not taken: fail the sync, so its token is not saved
             raise SinkRefused(inbound.message_id) from exc
+
+    async def _with_files(self, inbound: Inbound, source: dict[str, Any]) -> Inbound:
+        """Download the event's file when it may be for the bot (bounded, never raises)."""
+        s = inbound.sender
+        if s.is_self or s.is_bot or inbound.is_edit or self._client is None:
+            return inbound
+        if not (inbound.mentioned or inbound.is_dm or inbound.thread.thread):
+            return inbound  # a timeline message not for the bot: its file is not ours
+        try:
+            refs = convert.file_refs(source)
+        except Exception:
+            log.warning("matrix: ignored the file of an event", exc_info=True)
+            return inbound
+        if not refs:
+            return inbound
+        got = await mx_files.download_all(self._client, refs, limits=self.attachments)
+        return dataclasses.replace(inbound, attachments=got)
+
+    async def send_file(self, thread: ThreadRef, file: OutFile, *, key: str) -> str:
+        """Upload ``file`` and post it as an ``m.file`` event in the thread; its event id.
+
+        The event's transaction id comes from ``key``: a retry returns the event already
+        sent (the upload itself may repeat).
+        """
+        client, _ = self._require()
+        url = await mx_files.upload(
+            client, name=file.name, content_type=file.content_type, data=file.data
+        )
+        room_id, root = thread.chat, thread.thread
+        content = convert.file_content(
+            name=file.name,
+            content_type=file.content_type,
+            size=len(file.data),
+            url=url,
+            thread=root,
+            latest=self._latest.get((room_id, root)) if root else None,
+        )
+        event_id = await self._room_send(room_id, content, key)
+        if root:
+            self._latest[(room_id, root)] = event_id
+        return event_id
 
     def _require(self) -> tuple[AsyncClient, SessionState]:
         if self._client is None or self._session is None:

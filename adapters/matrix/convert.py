@@ -24,10 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bot.attachments import FileRef
 from bot.errors import DeliveryError
 from bot.types import Inbound, Platform, Sender, ThreadRef
 
 TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
+FILE_MSGTYPES = frozenset({"m.file", "m.image", "m.audio", "m.video"})
 COMMANDS = ("subagents", "stop", "help")
 _BANG_COMMAND = re.compile(r"^!(" + "|".join(COMMANDS) + r")\b", re.IGNORECASE)
 _SLASH_COMMAND = re.compile(r"^/(" + "|".join(COMMANDS) + r")\b")
@@ -88,7 +90,13 @@ def inbound_from_event(
         return None
     msgtype = body_source.get("msgtype")
     body = body_source.get("body")
-    if not isinstance(msgtype, str) or msgtype not in TEXT_MSGTYPES or not isinstance(body, str):
+    if not isinstance(msgtype, str) or not isinstance(body, str):
+        return None
+    if msgtype in FILE_MSGTYPES:
+        if not str(body_source.get("url", "")).startswith("mxc://"):
+            return None  # nothing to take (an encrypted file's key travels in "file")
+        body = _caption(body_source)
+    elif msgtype not in TEXT_MSGTYPES:
         return None
     body = valid_text(body)
     if "m.in_reply_to" in relates and not relates.get("is_falling_back"):
@@ -111,6 +119,53 @@ def inbound_from_event(
         is_dm=room.is_dm,
         is_edit=is_edit,
     )
+
+
+def _caption(content: Mapping[str, Any]) -> str:
+    """A file message's caption: ``body`` when a distinct ``filename`` is set, else none."""
+    filename, body = content.get("filename"), content.get("body")
+    if isinstance(filename, str) and filename and isinstance(body, str) and body != filename:
+        return body
+    return ""
+
+
+def file_refs(event: Mapping[str, Any]) -> list[FileRef]:
+    """The file of an ``m.file`` / ``m.image``... event (unencrypted ``mxc://`` only)."""
+    content = event.get("content")
+    if not isinstance(content, Mapping) or content.get("msgtype") not in FILE_MSGTYPES:
+        return []
+    url = content.get("url")
+    if not isinstance(url, str) or not url.startswith("mxc://"):
+        return []
+    info = content.get("info")
+    info = info if isinstance(info, Mapping) else {}
+    name = content.get("filename") or content.get("body") or "file"
+    size = info.get("size")
+    mimetype = info.get("mimetype")
+    return [
+        FileRef(
+            name=valid_text(str(name)),
+            source=url,
+            content_type=mimetype if isinstance(mimetype, str) else "",
+            size=size if isinstance(size, int) and size >= 0 else None,
+        )
+    ]
+
+
+def file_content(
+    *, name: str, content_type: str, size: int, url: str, thread: str | None, latest: str | None
+) -> dict[str, Any]:
+    """An ``m.file`` event's content for an uploaded file, in ``thread`` if given."""
+    content: dict[str, Any] = {
+        "msgtype": "m.file",
+        "body": name,
+        "filename": name,
+        "url": url,
+        "info": {"mimetype": content_type, "size": size},
+    }
+    if thread:
+        content["m.relates_to"] = thread_relation(thread, latest)
+    return content
 
 
 def _thread_of(

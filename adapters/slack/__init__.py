@@ -13,4 +13,4 @@ __all__ = ["SlackChannel", "build"]
 
 def build(settings: Settings) -> SlackChannel:
     """Create the Slack adapter from settings (raises ConfigError on missing tokens)."""
-    return SlackChannel(settings=settings.slack)
+    return SlackChannel(settings=settings.slack, attachments=settings.attachments)

@@ -13,6 +13,7 @@ Slack retry instead of losing the message (the gateway dedupes). Everything else
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
@@ -31,14 +32,16 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetr
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import convert, markup
+from adapters.slack import files as slack_files
 from adapters.slack import http as slack_http
 from adapters.slack import parts as slack_parts
 from adapters.slack.ingest import Holder
 from adapters.slack.retry import TRANSIENT_EXCEPTIONS, BoundedRateLimitRetryHandler, delivery_error
-from bot.config import SlackSettings
+from bot.attachments import FileRef
+from bot.config import AttachmentSettings, SlackSettings
 from bot.errors import ConfigError, DeliveryError
 from bot.logs import ThrottledLog
-from bot.ports import InboundSink, PartLog
+from bot.ports import InboundSink, OutFile, PartLog
 from bot.types import Inbound, Outbound, Platform, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,13 @@ class SlackChannel:
 
     platform = Platform.SLACK.value
 
-    def __init__(self, *, settings: SlackSettings, chunker: markup.Chunker = markup.split) -> None:
+    def __init__(
+        self,
+        *,
+        settings: SlackSettings,
+        chunker: markup.Chunker = markup.split,
+        attachments: AttachmentSettings | None = None,
+    ) -> None:
         if settings.bot_token is None:
             raise ConfigError("FANBOT_SLACK__BOT_TOKEN is required for Slack")
         if settings.mode == "socket" and settings.app_token is None:
@@ -73,6 +82,7 @@ class SlackChannel:
             raise ConfigError("FANBOT_SLACK__SIGNING_SECRET is required in HTTP mode")
         self._settings = settings
         self._chunker = chunker
+        self._limits = attachments or AttachmentSettings()
         self._session: aiohttp.ClientSession | None = None
         self._client: AsyncWebClient | None = None
         self._app: AsyncApp | None = None
@@ -173,12 +183,33 @@ class SlackChannel:
             inbound = _converted(convert.event_to_inbound, body, self.identity)
         if inbound is None or self._holder is None:
             return None  # acked: nothing to hand over
+        inbound = await self._with_files(inbound, body)
         # Socket Mode holds the envelope until the sink took the message; HTTP must answer
         # within 3 s, so it answers 503 (Slack retries) while the holder keeps trying.
         wait = None if self._settings.mode == "socket" else HTTP_WAIT_SECONDS
         if await self._holder.deliver(inbound, wait=wait):
             return None
         return BoltResponse(status=503, body="not taken yet; retry")
+
+    async def _with_files(self, inbound: Inbound, body: dict[str, Any]) -> Inbound:
+        """Download the message's files when it may be for the bot (bounded, never raises)."""
+        s = inbound.sender
+        if s.is_self or s.is_bot or self._session is None:
+            return inbound
+        raw = body.get("event") or {}
+        if not (inbound.mentioned or raw.get("thread_ts")):
+            return inbound  # a top-level message not for the bot: its files are not ours
+        refs = _converted_refs(body)
+        if not refs:
+            return inbound
+        got = await slack_files.download_all(
+            self._session,
+            refs,
+            token=_secret(self._settings.bot_token),
+            api_url=self._settings.api_url,
+            limits=self._limits,
+        )
+        return dataclasses.replace(inbound, attachments=got)
 
     async def _on_command(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any]) -> None:
         inbound = None
@@ -299,6 +330,20 @@ class SlackChannel:
             if index not in book.posted:
                 await book.record(index, ts)
 
+    async def send_file(self, thread: ThreadRef, file: OutFile, *, key: str) -> str:
+        """Upload ``file`` into the thread (``files_upload_v2``); returns the file id."""
+        client = self._require_client()
+        try:
+            return await slack_files.upload(
+                client,
+                channel=thread.chat,
+                thread_ts=thread.thread or None,
+                name=file.name,
+                data=file.data,
+            )
+        except TRANSIENT_EXCEPTIONS as exc:
+            raise delivery_error(exc) from exc
+
     async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
         """Replace a status message's text with ``chat.update`` (truncated to one part)."""
         client = self._require_client()
@@ -344,6 +389,14 @@ def _converted(
     except Exception:
         log.warning("slack: dropped an event that failed conversion: %.300r", body, exc_info=True)
         return None
+
+
+def _converted_refs(body: Any) -> list[FileRef]:
+    try:
+        return slack_files.file_refs(body)
+    except Exception:
+        log.warning("slack: ignored the files of an event that failed conversion", exc_info=True)
+        return []
 
 
 def _secret(value: Any) -> str:

@@ -27,4 +27,5 @@ def build(settings: Settings) -> TelegramChannel:
         webhook_url=tg.webhook_url,
         webhook_secret=tg.webhook_secret.get_secret_value() if tg.webhook_secret else None,
         poll_timeout=tg.poll_timeout_seconds,
+        attachments=settings.attachments,
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dtm
 import hmac
 import logging
@@ -44,14 +45,16 @@ from telegram.error import (
 )
 from telegram.ext import Application
 
-from adapters.telegram.convert import COMMANDS, BotIdentity, destination, to_inbound
+from adapters.telegram import files as tg_files
+from adapters.telegram.convert import COMMANDS, BotIdentity, destination, file_refs, to_inbound
 from adapters.telegram.markup import Part, Splitter, render_parts
 from adapters.telegram.polling import Poller
 from bot import jsonsafe
+from bot.config import AttachmentSettings
 from bot.errors import DeliveryError
 from bot.logs import RedactSecrets, ThrottledLog
-from bot.ports import InboundSink, PartLog
-from bot.types import Outbound, ThreadRef
+from bot.ports import InboundSink, OutFile, PartLog
+from bot.types import Inbound, Outbound, ThreadRef
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,7 @@ class TelegramChannel:
         poll_timeout: Long-polling timeout in seconds.
         splitter: Markdown chunker ``(text, limit) -> parts`` measuring UTF-16 units.
         commands: ``(name, description)`` pairs registered with ``setMyCommands``.
+        attachments: Bounds on the files taken from a message.
     """
 
     platform = "telegram"
@@ -101,12 +105,14 @@ class TelegramChannel:
         poll_timeout: float = 30.0,
         splitter: Splitter | None = None,
         commands: Collection[tuple[str, str]] = COMMANDS,
+        attachments: AttachmentSettings | None = None,
     ) -> None:
         self._token, self._api_url, self._file_url = token, api_url, file_url
         self._webhook_url, self._webhook_secret = webhook_url, webhook_secret
         self._poll_timeout = poll_timeout
         self._splitter = splitter
         self._commands = tuple(commands)
+        self._limits = attachments or AttachmentSettings()
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._me: BotIdentity | None = None
         self._sink: InboundSink | None = None
@@ -219,7 +225,24 @@ class TelegramChannel:
             )
             return
         if inbound is not None and self._sink is not None:
-            await self._sink(inbound)
+            await self._sink(await self._with_files(inbound, data))
+
+    async def _with_files(self, inbound: Inbound, data: dict[str, Any]) -> Inbound:
+        """Download the message's files when it may be for the bot (bounded, never raises)."""
+        s = inbound.sender
+        if s.is_self or s.is_bot or inbound.is_edit:
+            return inbound
+        if not (inbound.mentioned or inbound.thread.thread):
+            return inbound  # a group message not for the bot: its files are not ours
+        try:
+            refs = file_refs(data)
+        except Exception:
+            log.warning("telegram: ignored the files of an update", exc_info=True)
+            return inbound
+        if not refs:
+            return inbound
+        got = await tg_files.download_all(self._bot(), refs, limits=self._limits)
+        return dataclasses.replace(inbound, attachments=got)
 
     # -- egress ----------------------------------------------------------------------------
     async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
@@ -234,6 +257,17 @@ class TelegramChannel:
         for index in book.todo(len(rendered)):
             await book.record(index, await self._post(chat_id, topic, rendered[index]))
         return book.ids(len(rendered))
+
+    async def send_file(self, thread: ThreadRef, file: OutFile, *, key: str) -> str:
+        """Post ``file`` with ``sendDocument`` into the topic; returns its message id."""
+        chat_id, topic = _destination(thread)
+        try:
+            sent = await self._bot().send_document(
+                chat_id, document=file.data, filename=file.name, message_thread_id=topic
+            )
+        except TelegramError as err:
+            raise self._delivery_error(err) from err
+        return str(sent.message_id)
 
     async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
         chat_id, _ = _destination(thread)

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from bot.attachments import FileRef
 from bot.types import Inbound, Platform, Sender, ThreadRef
 
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -99,6 +100,8 @@ class _Message(_Model):
     is_automatic_forward: bool = False
     reply_to_message: _Replied | None = None
     edit_date: _Id | None = None
+    document: dict[str, Any] | None = None
+    photo: list[dict[str, Any]] | None = None
 
 
 class _Update(_Model):
@@ -125,6 +128,8 @@ def to_inbound(
         msg.caption, msg.caption_entities
     )  # fmt: skip
     sender = _sender(msg, me)
+    if text is None and (msg.document or msg.photo):
+        text = ""  # a file without a caption: still a message (its file is the content)
     if text is None or sender is None:
         return None
     try:
@@ -146,6 +151,40 @@ def to_inbound(
         event_id=f"{msg.chat.id}:{msg.message_id}"
         + (f":edit:{msg.edit_date or 0}" if parsed.message is None else ""),
     )
+
+
+def file_refs(update: Mapping[str, Any]) -> list[FileRef]:
+    """The files of an update's message: its ``document``, or its largest ``photo`` size."""
+    raw = update.get("message") if isinstance(update, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return []
+    refs = []
+    doc = raw.get("document")
+    if isinstance(doc, Mapping) and isinstance(doc.get("file_id"), str):
+        name = doc.get("file_name") or f"document-{doc.get('file_unique_id', 'file')}"
+        refs.append(_ref(doc, str(name), str(doc.get("mime_type") or "")))
+    sizes = raw.get("photo")
+    photos = [p for p in sizes if isinstance(p, Mapping)] if isinstance(sizes, list) else []
+    photos = [p for p in photos if isinstance(p.get("file_id"), str)]
+    if photos:
+        biggest = max(photos, key=lambda p: _int(p.get("width")) * _int(p.get("height")))
+        name = f"photo-{biggest.get('file_unique_id', raw.get('message_id', 'file'))}.jpg"
+        refs.append(_ref(biggest, name, "image/jpeg"))
+    return refs
+
+
+def _ref(item: Mapping[str, Any], name: str, content_type: str) -> FileRef:
+    size = item.get("file_size")
+    return FileRef(
+        name=name,
+        source=str(item["file_id"]),
+        content_type=content_type,
+        size=size if isinstance(size, int) and size >= 0 else None,
+    )
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def thread_of(chat_id: int, topic: int | None, *, me: BotIdentity) -> ThreadRef:

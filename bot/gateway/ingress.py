@@ -22,6 +22,7 @@ from bot.commands.router import CommandRequest, CommandRouter
 from bot.config import PlatformAccess, Settings
 from bot.deps import Deps
 from bot.errors import InboundBusy
+from bot.gateway.inbox import save_attachments
 from bot.sessions import requester_session_key
 from bot.store.dedupe import Claimed, Dedupe
 from bot.store.jobs import TurnJob, new_turn_job_id
@@ -83,7 +84,7 @@ def decide(
         return Verdict.BOT
     if inbound.is_edit:
         return Verdict.EDIT
-    if not inbound.text.strip():
+    if not inbound.text.strip() and not inbound.attachments:
         return Verdict.EMPTY
     if access.allow_users and inbound.sender.user_id not in access.allow_users:
         return Verdict.DENIED
@@ -190,8 +191,16 @@ class Ingress:
                 inbound, self.router.dispatch(request), ephemeral=inbound.thread.thread is None
             )
             return IngressResult(verdict=verdict, session_key=session_key)
+        if inbound.attachments:
+            inbound = self._with_files(inbound, session_key)
         self._enqueue_turn(inbound, session_key, job_id)
         return IngressResult(verdict=verdict, session_key=session_key, job_id=job_id)
+
+    def _with_files(self, inbound: Inbound, session_key: str) -> Inbound:
+        """Save the attachments into the workspace; the turn's text names them."""
+        lines = save_attachments(self.deps.workspace, session_key, inbound.attachments)
+        text = "\n\n".join(t for t in (inbound.text.strip(), lines) if t)
+        return dataclasses.replace(inbound, text=text, attachments=())
 
     def _enqueue_turn(self, inbound: Inbound, session_key: str, job_id: str) -> None:
         if self.deps.jobs.exists(job_id):  # an earlier delivery enqueued it, then died

@@ -80,6 +80,7 @@ class Gateway:
             settings=settings.gateway,
             consumer=self.consumer,
         )
+        self.egress.sender.files = self._workspace_file
         self.progress = ProgressRenderer(
             redis=self.aredis,
             keys=self.deps.keys,
@@ -96,6 +97,10 @@ class Gateway:
         # their retries (an outage at start-up would dead-letter them otherwise).
         self._starting = set(self.adapters)
         self.egress.sender.starting = lambda: self._starting
+
+    async def _workspace_file(self, session: str, path: str) -> bytes | None:
+        """An attachment's bytes for egress (the sync store, off the event loop)."""
+        return await asyncio.to_thread(self.deps.workspace.get_bytes, session, path)
 
     def _run_title(self, run_id: str) -> str:
         record = self.deps.runs.get(run_id)

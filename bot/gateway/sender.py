@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import mimetypes
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -27,7 +28,7 @@ import redis.asyncio as aioredis
 from bot import failpoints
 from bot.errors import DeliveryError
 from bot.gateway import delivery as d
-from bot.ports import OutboundChannel, PartLog
+from bot.ports import FileChannel, OutboundChannel, OutFile, PartLog
 from bot.store.outbox import Outbox, entry_time
 from bot.types import Outbound
 
@@ -38,6 +39,7 @@ SENDING_LOCK_SECONDS = 30.0  # renewed while a send (with its retries) is in pro
 REDIS_RETRY_CAP = 2.0  # longest pause between two tries of a step that lost Redis
 REDIS_ERRORS = (aioredis.ConnectionError, aioredis.TimeoutError, OSError)
 T = TypeVar("T")
+FileLoader = Callable[[str, str], Awaitable[bytes | None]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +108,8 @@ class Sender:
     Attributes:
         starting: Platforms whose adapter has not started yet (the gateway retries them);
             their entries wait instead of spending retries.
+        files: Reads an attachment's bytes ``(session key, workspace path)``; without it
+            attachments are logged and left out.
     """
 
     def __init__(
@@ -122,6 +126,7 @@ class Sender:
         self.consumer = consumer
         self.closing = False
         self.starting: Callable[[], Collection[str]] = tuple
+        self.files: FileLoader | None = None
         self.in_flight = 0  # sends between the first post and the delivered record
         self.delivered = 0
 
@@ -214,7 +219,10 @@ class Sender:
             progress.counted = True
             self.in_flight += 1
         try:
-            progress.sent = tuple(await adapter.send(entry.message, parts=parts))
+            sent = await adapter.send(entry.message, parts=parts)
+            if entry.message.attachments:
+                sent += await self._send_files(adapter, entry.message, parts, first=len(sent))
+            progress.sent = tuple(sent)
         except DeliveryError as exc:
             progress.failure = d.Failure(
                 reason=str(exc), retry_after=exc.retry_after, permanent=exc.permanent
@@ -226,6 +234,31 @@ class Sender:
             progress.failure = d.Failure(reason=f"{type(exc).__name__}: {exc}")
         if progress.failure is not None:
             self._uncount(progress)
+
+    async def _send_files(
+        self, adapter: OutboundChannel, message: Outbound, parts: PartLog, *, first: int
+    ) -> list[str]:
+        """Post the attachments not posted yet, each as part ``first + i``; their ids."""
+        paths = message.attachments
+        for index in parts.todo(first + len(paths)):
+            path = paths[index - first]
+            file = await self._load(message.workspace, path)
+            if file is None or not isinstance(adapter, FileChannel):
+                why = "it is gone" if file is None else f"{adapter.platform} takes no files"
+                log.warning("attachment %s of %s not posted: %s", path, parts.key, why)
+                await parts.record(index, "")
+                continue
+            key = f"{parts.key}:file:{index}"
+            await parts.record(index, await adapter.send_file(message.thread, file, key=key))
+        return [i for i in parts.ids(first + len(paths))[first:] if i]
+
+    async def _load(self, session: str, path: str) -> OutFile | None:
+        data = None if self.files is None else await self.files(session, path)
+        if data is None:
+            return None
+        name = path.rsplit("/", 1)[-1]
+        kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        return OutFile(name=name, content_type=kind, data=data)
 
     def _recorder(self, key: str) -> Callable[[int, str], Awaitable[None]]:
         async def record(index: int, message_id: str) -> None:

@@ -22,6 +22,7 @@ from rq.timeouts import BaseTimeoutException
 from bot.deps import Deps
 from bot.errors import ModelCallFailed, RunDeadline, RunStopped
 from bot.runs.finalize import finalize_run
+from bot.runs.outfiles import remember_out
 from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.streams import ProgressEvent, put_progress
 from bot.types import RunRecord, RunStatus
@@ -71,6 +72,7 @@ def execute_run(deps: Deps, run_id: str, body: RunBody) -> str:
     ttl = deps.settings.subagents.stale_after_seconds
     if not deps.runs.mark_running(run_id, heartbeat_ttl=ttl):
         return record.status.value
+    remember_out(deps, record)
     meter = Meter()
     start = ProgressEvent(run_id=run_id, thread=record.thread, text="started")
     put_progress(deps.redis, deps.keys, start)

@@ -13,6 +13,7 @@ import logging
 import time
 
 from bot.deps import Deps
+from bot.runs.outfiles import announce_files
 from bot.runs.render import ANNOUNCE_SKIP, estimate_cost, history_note, render_announce
 from bot.store.runs import Finalization
 from bot.store.streams import ProgressEvent, put_progress
@@ -46,13 +47,16 @@ def finalize_run(
         cost_usd=estimate_cost(record.model, usage, deps.settings.prices),
     )
     text = record.result if result is None else result
-    notes = _notes(record, notes)
     skip = status is RunStatus.SUCCESS and text.strip() == ANNOUNCE_SKIP
+    files, file_notes = ((), []) if skip else announce_files(deps, record)
+    notes = _notes(record, "\n".join([notes.strip(), *file_notes]))
     outcome = Finalization(
         status=status,
         result=text,
         notes=notes,
-        announce=None if skip else _announce(deps, record, status, text, notes, ended_at),
+        announce=None
+        if skip
+        else _announce(deps, record, status, text, notes, ended_at, files=files),
         history_entry=None
         if skip
         else {
@@ -86,7 +90,14 @@ def _notes(record: RunRecord, notes: str) -> str:
 
 
 def _announce(
-    deps: Deps, record: RunRecord, status: RunStatus, text: str, notes: str, ended_at: float
+    deps: Deps,
+    record: RunRecord,
+    status: RunStatus,
+    text: str,
+    notes: str,
+    ended_at: float,
+    *,
+    files: tuple[str, ...] = (),
 ) -> Outbound:
     body = render_announce(
         record,
@@ -102,6 +113,8 @@ def _announce(
         text=body,
         kind=OutboundKind.ANNOUNCE,
         idempotency_key=f"announce:{record.run_id}",
+        attachments=files,
+        workspace=record.session_key if files else "",
     )
 
 

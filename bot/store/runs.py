@@ -164,6 +164,11 @@ class RunsRegistry:
     def update(self, run_id: str, **values: str | int | float) -> None:
         self.redis.hset(self.keys.run(run_id), mapping={k: str(v) for k, v in values.items()})
 
+    def field(self, run_id: str, name: str) -> str | None:
+        """One field of the run's hash that :class:`RunRecord` does not carry (or None)."""
+        raw = self.redis.hget(self.keys.run(run_id), name)
+        return None if raw is None else as_text(raw)
+
     def mark_running(self, run_id: str, *, heartbeat_ttl: float) -> bool:
         """queued -> running (with a first heartbeat); False if the run is not queued."""
         now = time.time()

@@ -50,6 +50,7 @@ from pydantic import SecretStr
 from bot.config import SlackSettings
 from bot.testing import slack_wire as wire
 from bot.testing.netutil import LOOPBACK, bind_loopback
+from bot.testing.slack_files import SlackFiles
 from bot.testing.slack_webapi import MAX_TEXT_CHARS, ApiCall, Fault, Posted, WebApi
 
 __all__ = ["MAX_TEXT_CHARS", "ApiCall", "Envelope", "FakeSlack", "Fault", "HttpResult", "Posted"]
@@ -136,6 +137,9 @@ class FakeSlack:
         self.ephemerals, self.statuses = self.web.ephemerals, self.web.statuses
         self.missing_channels = self.web.missing_channels
         self.fail, self.calls_to, self.thread = self.web.fail, self.web.calls_to, self.web.thread
+        self.files = SlackFiles(bot_token=bot_token, base_url=lambda: self.url)
+        """Hosted files (:meth:`SlackFiles.host`) and the app's uploads."""
+        self.web.extra_methods.update(self.files.methods())
         self.envelopes: list[Envelope] = []
         self.http_deliveries: list[HttpResult] = []
         """Every :meth:`deliver_http` answer, oldest first."""
@@ -152,6 +156,7 @@ class FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket)
+        app.router.add_routes(self.files.routes())
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         sock = bind_loopback(port=self._port)

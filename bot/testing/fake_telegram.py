@@ -38,6 +38,7 @@ from typing import Any
 from aiohttp import ClientSession, web
 
 from bot.testing.netutil import LOOPBACK, bind_loopback
+from bot.testing.telegram_files import FileApiError, TelegramFiles
 from bot.testing.telegram_html import HtmlParseError, utf16_len, visible_text
 from bot.testing.telegram_objects import detect_entities, forum, group, private, user
 
@@ -124,6 +125,8 @@ class FakeTelegram:
         }  # fmt: skip
         self.calls: list[ApiCall] = []
         self.messages: list[SentMessage] = []
+        self.files = TelegramFiles(token=token)
+        """Files to post (:meth:`TelegramFiles.document`), downloads, sent documents."""
         self.commands: list[dict[str, Any]] = []
         self.webhook_url = ""
         self.webhook_secret: str | None = None
@@ -154,6 +157,7 @@ class FakeTelegram:
     async def _listen(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_routes([self.files.route()])
         # No access log: its lines would carry the token (it is in every path).
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, access_log=None)
         await runner.setup()
@@ -317,6 +321,10 @@ class FakeTelegram:
         try:
             self._injected(method, params)
             result = await handler(params)
+        except FileApiError as err:
+            call.status = err.status
+            return _reply(err.status, {"ok": False, "error_code": err.status,
+                                       "description": err.description})  # fmt: skip
         except _ApiError as err:
             call.status = err.status
             payload: dict[str, Any] = {
@@ -382,6 +390,26 @@ class FakeTelegram:
         )  # fmt: skip
         self.messages.append(sent)
         return self._message_json(sent)
+
+    async def _api_getFile(self, params: dict[str, Any]) -> Any:
+        return self.files.get_file(params)
+
+    async def _api_sendDocument(self, params: dict[str, Any]) -> Any:
+        chat_id, thread_id = self._destination(params)
+        sent = self.files.send_document(
+            params, message_id=next(self._ids), chat_id=chat_id, thread_id=thread_id
+        )
+        shell = SentMessage(
+            message_id=sent.message_id, chat_id=chat_id, message_thread_id=thread_id,
+            text="", raw_text="", parse_mode=None,
+        )  # fmt: skip
+        msg = self._message_json(shell)
+        msg.pop("text")
+        msg["document"] = {
+            "file_id": f"SENT{sent.message_id}", "file_unique_id": f"S{sent.message_id}",
+            "file_name": sent.filename, "file_size": len(sent.data),
+        }  # fmt: skip
+        return msg
 
     async def _api_editMessageText(self, params: dict[str, Any]) -> Any:
         chat_id, message_id = params.get("chat_id"), params.get("message_id")
@@ -512,10 +540,10 @@ async def _body(request: web.Request) -> dict[str, Any]:
         data = await request.json()
         return {k: v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
     form = await request.post()
-    return {k: v for k, v in form.items() if isinstance(v, str)}
+    return {k: v for k, v in form.items() if isinstance(v, str | web.FileField)}
 
 
-def _decode(raw: dict[str, str]) -> dict[str, Any]:
+def _decode(raw: dict[str, Any]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for key, value in raw.items():
         try:

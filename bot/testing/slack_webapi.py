@@ -118,6 +118,8 @@ class WebApi:
         self.missing_channels: set[str] = set()
         self._faults: dict[str, list[Fault]] = {}
         self._tickets: set[str] = set()
+        self.extra_methods: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        """More methods (``name -> args -> answer``), e.g. the files ones."""
 
     def use_ticket(self, ticket: str) -> bool:
         """Consume a socket ticket; ``False`` when unknown or already used."""
@@ -195,10 +197,11 @@ class WebApi:
                 call.error = "invalid_auth"
             return _error(call.error)
         handler = _METHODS.get(method)
-        if handler is None:
+        extra = self.extra_methods.get(method)
+        if handler is None and extra is None:
             call.error = "unknown_method"
             return _error("unknown_method")
-        result = handler(self, args)
+        result = handler(self, args) if handler is not None else extra(args)  # type: ignore[misc]
         if not result.get("ok"):
             call.error = str(result.get("error"))
         return ApiReply(body=result)

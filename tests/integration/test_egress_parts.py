@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from bot.config import GatewaySettings
 from bot.gateway.egress import Egress, cancel_all
 from bot.keys import Keys
-from bot.ports import PartLog
+from bot.ports import OutFile, PartLog
 from bot.testing import until
 from bot.types import Outbound, ThreadRef
 
@@ -191,3 +191,56 @@ async def test_an_entry_this_gateway_read_but_never_got_is_picked_up_without_the
         await cancel_all([task])
         await egress.close()
     assert thread.texts() == ["lost reply"]
+
+
+class FilesChannel(PartsChannel):
+    """Also posts files; can stall in the upload of file number ``stall_file``."""
+
+    def __init__(self, thread: Thread, *, stall_file: int | None = None) -> None:
+        super().__init__(thread, lookback=False)
+        self.stall_file = stall_file
+        self.uploads: list[str] = []
+
+    async def send_file(self, thread: ThreadRef, file: OutFile, *, key: str) -> str:
+        if len(self.uploads) == self.stall_file:
+            await self._stall()
+        self.uploads.append(file.name)
+        self.thread.posted.append((key, -1, f"file {file.name}"))
+        return f"{key}#upload"
+
+
+async def test_a_takeover_never_uploads_a_posted_attachment_again(aredis: aioredis.Redis) -> None:
+    thread = Thread()
+    entry = Outbound(
+        thread=THREAD,
+        text="part 0\npart 1",
+        idempotency_key="announce:f1",
+        attachments=("out/a.txt", "out/b.txt"),
+        workspace="agent:main:console:c:thread:t",
+    )
+    await aredis.xadd(KEYS.outbox, {"data": json.dumps(entry.to_json())})
+
+    async def files(session: str, path: str) -> bytes:
+        assert session == "agent:main:console:c:thread:t"
+        return path.encode()
+
+    first_channel = FilesChannel(thread, stall_file=1)  # dies uploading b.txt
+    first = gateway(aredis, first_channel, "gw-a")
+    first.sender.files = files
+    first_task = asyncio.create_task(first.run())
+    await asyncio.wait_for(first_channel.stalled.wait(), 10)
+    await crash(first, first_task)
+    assert first_channel.uploads == ["a.txt"]
+
+    second_channel = FilesChannel(thread)
+    second = gateway(aredis, second_channel, "gw-b")
+    second.sender.files = files
+    second_task = asyncio.create_task(second.run())
+    try:
+        await until(second.drained, timeout=15)
+    finally:
+        await cancel_all([second_task])
+        await second.close()
+
+    assert second_channel.uploads == ["b.txt"]  # a.txt was recorded as posted: not again
+    assert thread.texts() == ["part 0", "part 1", "file a.txt", "file b.txt"]

@@ -348,11 +348,21 @@ def check_sandbox(settings: Settings) -> Check:
     return Check(name="sandbox", ok=True, warn=warn, detail=f"{offered}: {status.detail}")
 
 
+def check_search(settings: Settings) -> Check:
+    """Whether ``web_search`` is offered (a missing provider is the common surprise)."""
+    search = settings.search
+    if not search.configured:
+        detail = "web_search not offered: set FANBOT_SEARCH__PROVIDER (searxng, brave, tavily)"
+        return Check(name="search", ok=True, warn=True, detail=detail)
+    where = public_url(search.url) if search.url else "its public API"
+    return Check(name="search", ok=True, detail=f"web_search offered: {search.provider} at {where}")
+
+
 def run_checks(settings: Settings) -> list[Check]:
     """Every check, in report order."""
     checks = [check_config(), *check_redis(settings), check_model(settings)]
     checks.extend(check_tools(settings))
-    checks.append(check_sandbox(settings))
+    checks.extend([check_sandbox(settings), check_search(settings)])
     warnings = [check_platforms_configured(settings)]
     if settings.matrix.configured:
         warnings.append(check_matrix_invites(settings))

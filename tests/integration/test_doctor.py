@@ -197,3 +197,13 @@ def test_doctor_prints_each_agents_effective_tools(redis_url: str) -> None:
     assert lines["tools main"][0] == "ok" and "sessions_spawn" in lines["tools main"][1]
     assert lines["tools ops"][0] == "warn" and "cannot fan out" in lines["tools ops"][1]
     assert lines["tools type general-purpose"] == ("ok", "current_time")
+
+
+def test_doctor_says_whether_web_search_is_offered() -> None:
+    from bot.config import Settings
+    from bot.doctor import check_search
+
+    missing = check_search(Settings())
+    assert missing.mark == "warn" and "FANBOT_SEARCH__PROVIDER" in missing.detail
+    set_up = check_search(Settings(search={"provider": "searxng", "url": "http://s.local:8888"}))
+    assert set_up.mark == "ok" and "searxng at http://s.local:8888" in set_up.detail

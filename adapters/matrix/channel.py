@@ -285,19 +285,27 @@ class MatrixChannel:
     async def send_file(self, thread: ThreadRef, file: OutFile, *, key: str) -> str:
         """Upload ``file`` and post it as an ``m.file`` event in the thread; its event id.
 
+        In an encrypted room the file is uploaded encrypted and the event carries its keys.
+
         The event's transaction id comes from ``key``: a retry returns the event already
         sent (the upload itself may repeat).
         """
         client, _ = self._require()
-        url = await mx_files.upload(
-            client, name=file.name, content_type=file.content_type, data=file.data
-        )
         room_id, root = thread.chat, thread.thread
+        room = client.rooms.get(room_id)
+        url, keys = await mx_files.upload(
+            client,
+            name=file.name,
+            content_type=file.content_type,
+            data=file.data,
+            encrypt=room is not None and room.encrypted,
+        )
         content = convert.file_content(
             name=file.name,
             content_type=file.content_type,
             size=len(file.data),
             url=url,
+            keys=keys,
             thread=root,
             latest=self._latest.get((room_id, root)) if root else None,
         )

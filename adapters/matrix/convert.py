@@ -93,8 +93,8 @@ def inbound_from_event(
     if not isinstance(msgtype, str) or not isinstance(body, str):
         return None
     if msgtype in FILE_MSGTYPES:
-        if not str(body_source.get("url", "")).startswith("mxc://"):
-            return None  # nothing to take (an encrypted file's key travels in "file")
+        if media_url(body_source) is None:
+            return None  # nothing to take
         body = _caption(body_source)
     elif msgtype not in TEXT_MSGTYPES:
         return None
@@ -129,40 +129,105 @@ def _caption(content: Mapping[str, Any]) -> str:
     return ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class EncryptedFileRef(FileRef):
+    """A file of an encrypted room: ``source`` holds ciphertext that these values open.
+
+    Attributes:
+        key: The AES-CTR key, unpadded base64 (the JWK's ``k``).
+        iv: The counter's initial value, unpadded base64.
+        sha256: The ciphertext's SHA-256, unpadded base64.
+    """
+
+    key: str
+    iv: str
+    sha256: str
+
+
+def _mxc(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.startswith("mxc://") else None
+
+
+def media_url(content: Mapping[str, Any]) -> str | None:
+    """The ``mxc://`` URI of a file message: ``url``, or ``file.url`` when encrypted."""
+    sealed = content.get("file")
+    if isinstance(sealed, Mapping):
+        return _mxc(sealed.get("url"))
+    return _mxc(content.get("url"))
+
+
+def _sealed(sealed: Mapping[str, Any]) -> dict[str, str]:
+    """``key``, ``iv`` and ``sha256`` of an EncryptedFile object (``""`` where missing:
+    decrypting then fails, and the file becomes a "not attached" note)."""
+    key, hashes = sealed.get("key"), sealed.get("hashes")
+    values = {
+        "key": key.get("k") if isinstance(key, Mapping) else None,
+        "iv": sealed.get("iv"),
+        "sha256": hashes.get("sha256") if isinstance(hashes, Mapping) else None,
+    }
+    return {k: v if isinstance(v, str) else "" for k, v in values.items()}
+
+
 def file_refs(event: Mapping[str, Any]) -> list[FileRef]:
-    """The file of an ``m.file`` / ``m.image``... event (unencrypted ``mxc://`` only)."""
+    """The file of an ``m.file`` / ``m.image``... event, plain or encrypted (``file``)."""
     content = event.get("content")
     if not isinstance(content, Mapping) or content.get("msgtype") not in FILE_MSGTYPES:
         return []
-    url = content.get("url")
-    if not isinstance(url, str) or not url.startswith("mxc://"):
+    url = media_url(content)
+    if url is None:
         return []
     info = content.get("info")
     info = info if isinstance(info, Mapping) else {}
     name = content.get("filename") or content.get("body") or "file"
-    size = info.get("size")
-    mimetype = info.get("mimetype")
+    size, mimetype = info.get("size"), info.get("mimetype")
+    ref = FileRef(
+        name=valid_text(str(name)),
+        source=url,
+        content_type=mimetype if isinstance(mimetype, str) else "",
+        size=size if isinstance(size, int) and size >= 0 else None,
+    )
+    sealed = content.get("file")
+    if not isinstance(sealed, Mapping):
+        return [ref]
+    keys = _sealed(sealed)
     return [
-        FileRef(
-            name=valid_text(str(name)),
-            source=url,
-            content_type=mimetype if isinstance(mimetype, str) else "",
-            size=size if isinstance(size, int) and size >= 0 else None,
+        EncryptedFileRef(
+            name=ref.name,
+            source=ref.source,
+            content_type=ref.content_type,
+            size=ref.size,
+            key=keys["key"],
+            iv=keys["iv"],
+            sha256=keys["sha256"],
         )
     ]
 
 
 def file_content(
-    *, name: str, content_type: str, size: int, url: str, thread: str | None, latest: str | None
+    *,
+    name: str,
+    content_type: str,
+    size: int,
+    url: str,
+    keys: Mapping[str, Any] | None = None,
+    thread: str | None,
+    latest: str | None,
 ) -> dict[str, Any]:
-    """An ``m.file`` event's content for an uploaded file, in ``thread`` if given."""
+    """An ``m.file`` event's content for an uploaded file, in ``thread`` if given.
+
+    ``keys`` (what nio's encrypting upload returns) makes it an encrypted room's file: the
+    URI and the keys go in ``file`` instead of ``url``.
+    """
     content: dict[str, Any] = {
         "msgtype": "m.file",
         "body": name,
         "filename": name,
-        "url": url,
         "info": {"mimetype": content_type, "size": size},
     }
+    if keys is None:
+        content["url"] = url
+    else:
+        content["file"] = {**keys, "url": url}
     if thread:
         content["m.relates_to"] = thread_relation(thread, latest)
     return content

@@ -221,3 +221,53 @@ def test_limit_exceeded_maps_to_retry_after() -> None:
 def test_other_errors_map_to_permanence(errcode: str | None, permanent: bool) -> None:
     error = convert.delivery_error(errcode=errcode, message="x")
     assert error.permanent is permanent and error.retry_after is None
+
+
+SEALED = {
+    "url": "mxc://example.org/abc",
+    "key": {"kty": "oct", "alg": "A256CTR", "k": "KEY", "key_ops": ["decrypt"], "ext": True},
+    "iv": "IV",
+    "hashes": {"sha256": "HASH"},
+    "v": "v2",
+}
+
+
+def test_encrypted_file_event_is_delivered_with_its_keys() -> None:
+    raw = event(
+        {
+            "msgtype": "m.file",
+            "body": "a.txt",
+            "file": SEALED,
+            "info": {"mimetype": "text/plain", "size": 3},
+            "m.mentions": {"user_ids": [BOT]},
+        }
+    )
+    got = inbound_from_event(raw, room=GROUP)
+    assert got is not None and got.mentioned and got.text == ""
+    [ref] = convert.file_refs(raw)
+    assert ref == convert.EncryptedFileRef(
+        name="a.txt",
+        source="mxc://example.org/abc",
+        content_type="text/plain",
+        size=3,
+        key="KEY",
+        iv="IV",
+        sha256="HASH",
+    )
+
+
+def test_encrypted_file_with_broken_keys_is_kept_to_fail_decryption() -> None:
+    raw = event({"msgtype": "m.file", "body": "a.txt", "file": {**SEALED, "key": "nope"}})
+    [ref] = convert.file_refs(raw)
+    assert isinstance(ref, convert.EncryptedFileRef) and ref.key == ""
+    no_url = event({"msgtype": "m.file", "body": "a.txt", "file": {**SEALED, "url": 3}})
+    assert inbound_from_event(no_url, room=GROUP) is None and convert.file_refs(no_url) == []
+
+
+def test_file_content_puts_keys_and_url_in_file_when_encrypted() -> None:
+    keys = {k: v for k, v in SEALED.items() if k != "url"}
+    common: dict[str, Any] = {"name": "r.txt", "content_type": "text/plain", "size": 2}
+    sealed = convert.file_content(**common, url="mxc://x/y", keys=keys, thread=None, latest=None)
+    assert sealed["file"] == {**keys, "url": "mxc://x/y"} and "url" not in sealed
+    plain = convert.file_content(**common, url="mxc://x/y", thread=None, latest=None)
+    assert plain["url"] == "mxc://x/y" and "file" not in plain

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import redis
 
@@ -36,6 +37,7 @@ from bot.agent.tools.sandbox import (
 from bot.config import Settings
 from bot.deps import Deps
 from bot.doctor import check_sandbox
+from bot.testing import wait_until
 from bot.types import ThreadRef
 
 THREAD = ThreadRef(platform="slack", account="T1", chat="C1", thread="1.0")
@@ -155,15 +157,21 @@ def test_a_change_behind_an_old_mtime_still_comes_back(deps: Deps) -> None:
 
 
 def test_a_fork_bomb_is_contained(deps: Deps) -> None:
-    start = time.monotonic()
+    start, started_at = time.monotonic(), time.time() - 1
     # The outer shell outlives the bomb for 2 s, so the bomb does hit the process limit.
     out = execute(deps, "bash -c ':(){ :|:& };:'; sleep 2; echo outer-shell-done")
     assert time.monotonic() - start < 10
     assert "fork: retry: Resource temporarily unavailable" in out or "Cannot fork" in out
     if os.geteuid() == 0:  # the sandbox ran as sandbox.uid: none of its processes is left
-        ps = subprocess.run(["ps", "-u", str(deps.settings.sandbox.uid), "-o", "pid="],
-                            capture_output=True, text=True, check=False)  # fmt: skip
-        assert ps.stdout.strip() == ""
+        uid = deps.settings.sandbox.uid
+        left = [
+            p.pid
+            for p in psutil.process_iter(["uids", "create_time"])
+            if p.info["uids"]
+            and p.info["uids"].real == uid
+            and p.info["create_time"] >= started_at  # ours: not another test's or process's
+        ]
+        assert left == []
 
 
 def test_a_memory_bomb_fails_inside(deps: Deps) -> None:
@@ -283,3 +291,30 @@ def test_off_and_unsafe_host_are_explicit(redis_url: str) -> None:
     assert "fanbot-sandbox-" in out  # a host directory: no isolation, as configured
     assert deps.workspace.get_text(SESSION, "f") == "hi\n"
     deps.close()
+
+
+def test_a_command_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    # A work horse is SIGKILLed or ends with os._exit: what it started must not live on
+    # (a leaked bwrap was found owned by init after a CI run).
+    marker = tmp_path / "started"
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import pathlib, sys\n"
+         "from bot.agent.tools.sandbox_run import run\n"
+         f"pathlib.Path({str(marker)!r}).touch()\n"
+         "run(['sleep', '300'], timeout=600, max_output=100, watch=str)\n"],
+    )  # fmt: skip
+    try:
+        sleeper = wait_until(
+            lambda: (
+                marker.exists()
+                and [p for p in psutil.Process(child.pid).children() if p.name() == "sleep"]
+            ),
+            timeout=10,
+        )[0]
+        child.kill()
+        child.wait(5)
+        assert psutil.wait_procs([sleeper], timeout=5)[1] == []  # gone with its parent
+    finally:
+        if child.poll() is None:
+            child.kill()

@@ -12,6 +12,7 @@ once it has exited: after a call, nothing of the sandbox runs and its copy is st
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -59,6 +60,17 @@ class _Capped:
         self.dropped += max(0, len(chunk) - room)
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL it when the process that started it dies. A work
+    horse ends with ``os._exit`` or is SIGKILLed; without this a bwrap it started (even the
+    availability probe) is left running, owned by init."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def run(
     argv: list[str],
     *,
@@ -87,6 +99,7 @@ def run(
             env=env if env is not None else {}, cwd=cwd, start_new_session=True,
             pass_fds=(info_w,) if bwrap else (), pipesize=PIPE_BYTES,
             user=user, group=user, extra_groups=None if user is None else [],
+            preexec_fn=_die_with_parent,
         )  # fmt: skip
     finally:
         if bwrap:

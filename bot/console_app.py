@@ -145,6 +145,8 @@ class Console:
         self.interrupts = Interrupts(on_press=self._pressed)
         self.parts = _Parts()
         self._stopping_since: float | None = None
+        self._gone = asyncio.Event()  # set when the worker launcher exits on its own
+        self._watchdog: asyncio.Task[None] | None = None
         self.channel = ConsoleChannel(
             stdin=stdin,
             stdout=stdout,
@@ -156,8 +158,11 @@ class Console:
         self.interrupts.install()
         try:
             await self._start(external_redis=external_redis)
+            self._watchdog = asyncio.create_task(self._watch_workers(), name="console-workers")
             if not self.interrupts.first.is_set():
-                await _first_of(self.channel.eof, self.interrupts.first)
+                await _first_of(self.channel.eof, self.interrupts.first, self._gone)
+            if self._gone.is_set():
+                return await self._say_workers_gone()
             if not self.interrupts.first.is_set():
                 code = await self._finish()
                 if code is not None:
@@ -165,6 +170,8 @@ class Console:
             await self._stop_in_flight()
             return 130
         finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
             await self._close()
             self.interrupts.remove()
             await self._say_stopped()
@@ -239,7 +246,10 @@ class Console:
             await self.channel.say(line)
         limit = self.settings.subagents.run_timeout_seconds + self.settings.turn_timeout_seconds
         idle = asyncio.create_task(self._wait_idle(limit))
-        await _first_of(idle, self.interrupts.first)
+        await _first_of(idle, self.interrupts.first, self._gone)
+        if self._gone.is_set():
+            idle.cancel()
+            return await self._say_workers_gone()
         if self.interrupts.first.is_set():
             idle.cancel()
             return None
@@ -247,6 +257,22 @@ class Console:
             await self.channel.say("(gave up waiting for unfinished runs)")
             return 1
         return 0
+
+    async def _watch_workers(self) -> None:
+        """Set ``_gone`` when the worker launcher exits on its own (it gives up on workers
+        that cannot start), so the console says so instead of waiting in silence."""
+        workers = self.parts.workers
+        while workers is not None and workers.launcher.poll() is None:
+            await asyncio.sleep(0.5)
+        if not self.interrupts.first.is_set():
+            self._gone.set()
+
+    async def _say_workers_gone(self) -> int:
+        log_path = self.settings.state_dir / "workers.log"
+        await self.channel.say(
+            f"The workers could not start, so nothing can run; the reason is in {log_path}."
+        )
+        return 2
 
     async def _wait_idle(self, limit: float) -> bool:
         """Wait until every turn and run started here has been delivered."""

@@ -36,6 +36,9 @@ log = logging.getLogger("fanbot.worker")
 
 DEFAULT_QUEUES = (TURNS_QUEUE, SUBAGENTS_QUEUE)
 RESTART_BACKOFF = 1.0
+EARLY_EXIT_SECONDS = 10.0
+"""A worker that exits sooner than this after its start did not really start."""
+GIVE_UP_AFTER_EARLY_EXITS = 3
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -127,20 +130,33 @@ def run_pool(
     if maintenance:
         sweeper.start()
     children = [_spawn(queues) for _ in range(count)]
+    started = [time.monotonic()] * count
+    early_exits, code = 0, 0
     log.info("started %d worker(s) on %s (pids %s)", count, queues, [c.pid for c in children])
     while not stopping.wait(0.5):
         if parent_pid is not None and os.getppid() != parent_pid:
             log.warning("parent process %s is gone; shutting down", parent_pid)
             break
         for i, child in enumerate(children):
-            if child.poll() is not None:
-                log.warning("worker pid %s exited with %s; restarting", child.pid, child.returncode)
-                time.sleep(RESTART_BACKOFF)
-                children[i] = _spawn(queues)
+            if child.poll() is None:
+                continue
+            early = time.monotonic() - started[i] < EARLY_EXIT_SECONDS
+            early_exits = early_exits + 1 if early else 0
+            if early_exits >= GIVE_UP_AFTER_EARLY_EXITS:
+                # A worker that cannot even start (a broken install, a bad setting) would
+                # otherwise be restarted forever while runs wait in silence.
+                log.error("workers exit right after starting (exit code %s, %d times in a "
+                          "row; the reason is above); giving up", child.returncode, early_exits)  # fmt: skip
+                stopping.set()
+                code = 1
+                break
+            log.warning("worker pid %s exited with %s; restarting", child.pid, child.returncode)
+            time.sleep(RESTART_BACKOFF)
+            children[i], started[i] = _spawn(queues), time.monotonic()
     sub = settings.subagents
     _shutdown(children, sub.shutdown_grace_seconds + sub.hard_kill_grace_seconds + 15)
     deps.close()
-    return 0
+    return code
 
 
 def _shutdown(children: list[subprocess.Popen[bytes]], timeout: float) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
+from bot import failpoints
 from bot.config import Settings, load_settings
 from bot.deps import Deps
 from bot.logs import configure as configure_logging
@@ -59,6 +60,7 @@ def run_single(
     """Run one RQ worker in this process until it is told to stop."""
     if parent_pid is not None:
         threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    failpoints.hit("worker.start")  # lets a test make every worker fail at start
     deps = jobs.warm_up(settings)
     conn = connect(settings.redis_url)
     worker = FanbotWorker(
@@ -140,7 +142,10 @@ def run_pool(
         for i, child in enumerate(children):
             if child.poll() is None:
                 continue
-            early = time.monotonic() - started[i] < EARLY_EXIT_SECONDS
+            # Killed by a signal (an operator, the OOM killer, a fault test) is not "could
+            # not start": only a worker that exits with an error that soon counts.
+            failed = child.returncode > 0
+            early = failed and time.monotonic() - started[i] < EARLY_EXIT_SECONDS
             early_exits = early_exits + 1 if early else 0
             if early_exits >= GIVE_UP_AFTER_EARLY_EXITS:
                 # A worker that cannot even start (a broken install, a bad setting) would

@@ -11,7 +11,9 @@ compare-and-set, so two edits of one file never lose one.
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from collections.abc import Iterator
 from typing import Literal
 
@@ -33,7 +35,8 @@ from bot.store.workspace import (
 MAX_LINE_CHARS = 2_000
 MAX_GREP_LINES = 500
 MAX_GLOB_STARS = 8
-_EDIT_ATTEMPTS = 5
+_EDIT_ATTEMPTS = 40
+_EDIT_JITTER_SECONDS = 0.01  # spreads retries so concurrent editors stop colliding
 
 
 def _file_path(description: str) -> str:
@@ -151,6 +154,7 @@ def _edit_file(ctx: ToolContext, args: EditFileArgs) -> str:
         try:
             store.put_text(ctx.workspace, path, text, replaces=content_hash(data))
         except FileChanged:
+            time.sleep(random.uniform(0, _EDIT_JITTER_SECONDS))
             continue
         return f"Successfully replaced {count} instance(s) of the string in {path}"
     raise WorkspaceError(f"{path} keeps changing under other runs' writes; try again")

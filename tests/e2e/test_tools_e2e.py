@@ -133,3 +133,45 @@ async def test_a_subagent_fetches_writes_and_runs_then_the_thread_sees_it(
         for c in (m.get("tool_calls") or [])
     ]
     assert {"command": "grep -c rafting notes/otters.md"} in calls
+
+
+async def test_a_subagent_searches_through_a_worker_and_announces_the_hits(redis_url: str) -> None:
+    app = web.Application()
+    asked: list[str] = []
+
+    async def search(request: web.Request) -> web.Response:
+        asked.append(request.query.get("q", ""))
+        results = [{"title": "Sea otter", "url": "https://example.org/otter", "content": "Rafts"}]
+        return web.json_response({"query": request.query.get("q"), "results": results})
+
+    app.router.add_get("/search", search)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    searxng = f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    def step(req: ChatRequest) -> Text | ToolCalls:
+        if not req.tool_results:
+            return ToolCalls([Call("web_search", {"query": "otter rafts", "count": 3})])
+        return Text("Found: " + last_result(req, "web_search"))
+
+    model = (
+        ScriptedModel(default=Text("Done."))
+        .on(is_subagent, step)
+        .on(
+            "search", ToolCalls([Call("sessions_spawn", {"task": "search", "label": "S"})]), times=1
+        )
+    )
+    values = stack_values(redis_url, "", search={"provider": "searxng", "url": searxng})
+    channel = MemoryChannel()
+    try:
+        async with FakeOpenAI(model) as llm:
+            values["openai"]["base_url"] = llm.base_url
+            async with Stack(values=values, adapters=[channel], workers=1):
+                await channel.say("search for otters")
+                [announce] = await until(lambda: channel.announces, timeout=60)
+    finally:
+        await runner.cleanup()
+    assert asked == ["otter rafts"]  # the worker's web_search reached the provider
+    assert "Found: Results for 'otter rafts' (searxng)" in announce.text
+    assert "1. Sea otter\n   https://example.org/otter\n   Rafts" in announce.text

@@ -127,6 +127,7 @@ class MatrixChannel:
         if self._client is not None:
             await self._client.close()
             self._client = None
+            await asyncio.sleep(0)  # let the closed transports release their sockets now
 
     async def _sync_forever(self) -> None:
         backoff = Backoff(base=1.0, cap=60.0)

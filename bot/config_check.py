@@ -10,11 +10,13 @@ import difflib
 import types
 from collections.abc import Mapping
 from typing import Any, Union, get_args, get_origin
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+from bot.redis_url import SCHEMES as REDIS_SCHEMES
+from bot.redis_url import problem as redis_url_detail
+from bot.redis_url import public_url as public_url  # shown in errors by its old name
+from bot.redis_url import scheme_of
 
 
 def unknown_keys(data: Mapping[str, Any], model: type[BaseModel], path: str = "") -> list[str]:
@@ -97,24 +99,11 @@ def redis_url_problem(value: str) -> str | None:
         if not value.startswith("/") and "/" not in value:
             fix += "/0"
         return f"{value!r} has no scheme; write {fix}"
-    scheme = urlsplit(value).scheme.lower()
+    scheme = scheme_of(value)
     if scheme not in REDIS_SCHEMES:
         return (
             f"{public_url(value)!r} has scheme {scheme!r}; use redis://host:6379/0, "
-            "rediss:// (TLS) or unix:///path/to/redis.sock"
+            "rediss:// (TLS), unix:///path/to/redis.sock or "
+            "redis+sentinel://host1:26379,host2:26379/<service_name>"
         )
-    return None
-
-
-def public_url(url: str) -> str:
-    """``url`` as it may be shown or logged: a password in it becomes ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None and "@" not in parts.netloc:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    netloc = f"{user}:***@{host}" if user else f"***@{host}"
-    return urlunsplit(parts._replace(netloc=netloc))
+    return redis_url_detail(value)

@@ -30,6 +30,7 @@ from bot.agent.tools.sandbox import sandbox_status
 from bot.config import Settings, config_path
 from bot.config_check import public_url
 from bot.keys import Keys
+from bot.store.connect import connect
 from bot.store.dead_letters import DeadLetters
 
 
@@ -56,7 +57,7 @@ class Check:
 
 def _client(settings: Settings) -> redis.Redis:
     """Fail fast: a doctor reports an unreachable Redis instead of retrying for a minute."""
-    return redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=10)
+    return connect(settings.redis_url, socket_timeout=10, retries=0)
 
 
 def check_redis(settings: Settings) -> list[Check]:

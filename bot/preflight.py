@@ -11,6 +11,7 @@ import redis
 
 from bot.config_check import public_url
 from bot.errors import RedisUnavailable
+from bot.store.connect import connect
 
 
 def require_redis(url: str, *, timeout: float = 5.0) -> None:
@@ -21,7 +22,7 @@ def require_redis(url: str, *, timeout: float = 5.0) -> None:
             (without its password) and the setting.
     """
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        client = connect(url, socket_timeout=timeout, connect_timeout=timeout, retries=0)
     except ValueError as exc:  # a URL redis-py cannot parse
         raise RedisUnavailable(f"FANBOT_REDIS_URL {public_url(url)!r}: {exc}") from None
     try:

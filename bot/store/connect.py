@@ -1,21 +1,162 @@
-"""The sync Redis client every process builds the same way (bounded timeouts, retries)."""
+"""The Redis clients every process builds the same way, from ``FANBOT_REDIS_URL``.
+
+One place turns the URL (see :mod:`bot.redis_url` for its forms: TCP, TLS, ACL user,
+unix socket, Sentinel) into a client, sync for workers and stores, async for the gateway's
+streams; nothing else in fanbot calls ``Redis.from_url``.
+
+A Sentinel URL gives a client of the current master that finds the new one after a
+failover: its pool asks the Sentinels again on each new connection, and the retries below
+make a new connection whenever the old master shows it is no longer one. redis-py does
+that for ``READONLY`` (a demoted master); fanbot's connections also do it for
+``NOREPLICAS`` (a master whose replica was just promoted refuses writes when it runs with
+``min-replicas-to-write``, which is what keeps a forced failover from losing writes; see
+the README) and ``UNBLOCKED`` (a blocking read cut off by the demotion).
+"""
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 import redis
+import redis.asyncio as aioredis
 from redis import Redis
+from redis.asyncio import sentinel as async_sentinel
 from redis.backoff import ExponentialBackoff
+from redis.connection import parse_url
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
+
+from bot.redis_url import SentinelTarget, is_sentinel, parse_sentinel
+
+_C = TypeVar("_C", Redis, aioredis.Redis)
+
+STALE_MASTER = ("NOREPLICAS", "UNBLOCKED")
+"""Errors by which a master says a failover has begun or happened: go and ask again."""
 
 
-def connect(url: str, *, socket_timeout: float = 30) -> Redis:
+def _stale(exc: redis.ResponseError) -> bool:
+    return str(exc).startswith(STALE_MASTER)
+
+
+class _FollowMaster(SentinelManagedConnection):
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        # redis-py reconnects a dropped connection here to the host it had (the old master
+        # after a failover) without asking the Sentinels (redis/redis-py#3874, open in 8.1);
+        # connect() asks them.
+        if not self._sock:
+            self.connect()  # type: ignore[no-untyped-call]
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)
+        except redis.ResponseError as exc:
+            if not (_stale(exc) and self.connection_pool.is_master):
+                raise
+            self.disconnect()  # type: ignore[no-untyped-call]
+            raise redis.ConnectionError(f"the master is failing over ({exc})") from None
+
+
+class _FollowMasterTLS(_FollowMaster, SentinelManagedSSLConnection):
+    pass
+
+
+class _AsyncFollowMaster(async_sentinel.SentinelManagedConnection):
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self.is_connected:  # as in _FollowMaster
+            await self.connect()  # type: ignore[no-untyped-call]
+        await super().send_packed_command(command, check_health)
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except redis.ResponseError as exc:
+            if not (_stale(exc) and self.connection_pool.is_master):
+                raise
+            await self.disconnect()
+            raise redis.ConnectionError(f"the master is failing over ({exc})") from None
+
+
+class _AsyncFollowMasterTLS(_AsyncFollowMaster, async_sentinel.SentinelManagedSSLConnection):
+    pass
+
+
+class _SentinelMaster(Redis):
+    """The master's client; closing it also closes its connections to the Sentinels."""
+
+    def close(self) -> None:
+        super().close()
+        pool: Any = self.connection_pool  # a SentinelConnectionPool
+        for sentinel in pool.sentinel_manager.sentinels:
+            sentinel.close()
+
+
+class _AsyncSentinelMaster(aioredis.Redis):
+    """The master's client; closing it also closes its connections to the Sentinels."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        pool: Any = self.connection_pool  # a SentinelConnectionPool
+        for sentinel in pool.sentinel_manager.sentinels:
+            await sentinel.aclose()
+
+
+def connect(
+    url: str,
+    *,
+    socket_timeout: float = 30,
+    connect_timeout: float = 5,
+    retries: int = 20,
+) -> Redis:
     """A sync client with bounded timeouts that retries on connection errors (a Redis
-    restart costs a few hundred milliseconds, not a failed job)."""
-    return Redis.from_url(
-        url,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=5,
-        health_check_interval=15,
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=20),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    restart or a Sentinel failover costs seconds, not a failed job); ``retries=0`` fails
+    fast (doctor, preflight)."""
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "health_check_interval": 15,
+    }
+    if retries:
+        options["retry"] = Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=retries)
+        options["retry_on_error"] = [redis.ConnectionError, redis.TimeoutError]
+    follow = (_SentinelMaster, _FollowMaster, _FollowMasterTLS)
+    return _build(url, Redis, Sentinel, options, follow)
+
+
+def connect_async(url: str, **options: Any) -> aioredis.Redis:
+    """An async client for ``url`` with ``options`` (redis-py keyword arguments)."""
+    follow = (_AsyncSentinelMaster, _AsyncFollowMaster, _AsyncFollowMasterTLS)
+    return _build(url, aioredis.Redis, async_sentinel.Sentinel, options, follow)
+
+
+def _build(
+    url: str,
+    client: type[_C],
+    sentinel: type[Any],
+    options: dict[str, Any],
+    follow: tuple[type[_C], type[Any], type[Any]],
+) -> _C:
+    """``client`` for a one-node URL; for a Sentinel URL, ``follow``'s client class and its
+    connection classes (plain, TLS) for the master."""
+    if not is_sentinel(url):
+        return client.from_url(url, **options)
+    target = parse_sentinel(url)
+    sockets = {k: v for k, v in options.items() if k.startswith("socket_")}
+    tls: dict[str, Any] = {"ssl": True} if target.tls else {}
+    sentinels = sentinel(
+        list(target.sentinels), sentinel_kwargs={**sockets, **target.sentinel, **tls}, **options
     )
+    master: _C = sentinels.master_for(
+        target.service,
+        redis_class=follow[0],
+        connection_class=follow[2] if target.tls else follow[1],
+        **node_options(target),
+    )
+    return master
+
+
+def node_options(target: SentinelTarget) -> dict[str, Any]:
+    """The master's connection options (credentials, db, TLS files) as redis-py parses
+    them from a one-node URL."""
+    parsed: dict[str, Any] = parse_url(target.node_url)  # type: ignore[no-untyped-call]
+    return {k: v for k, v in parsed.items() if k not in ("host", "port", "connection_class")}

@@ -72,9 +72,8 @@ def test_slack_http_mode_needs_the_signing_secret(home: Path) -> None:
     one_line(run(home, "gateway", env), "gateway", "FANBOT_SLACK__SIGNING_SECRET")
 
 
-@pytest.mark.parametrize(
-    "command", ["gateway", "worker", "subagents list", "console --external-redis"]
-)
+# gateway and worker wait for Redis instead: tests/integration/test_redis_waits.py
+@pytest.mark.parametrize("command", ["subagents list", "console --external-redis"])
 def test_redis_unreachable_names_the_url_without_its_password(home: Path, command: str) -> None:
     port = free_port()
     env = {

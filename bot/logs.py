@@ -7,6 +7,8 @@ headers in errors, so a filter on the handlers replaces every configured secret 
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -15,6 +17,9 @@ from pathlib import Path
 from pydantic import BaseModel, SecretStr
 
 from bot.config import Settings
+from bot.observe import scope as observe_scope
+from bot.observe import tracing
+from bot.redis_url import secrets_in
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _MIN_SECRET = 6  # shorter values would redact ordinary words
@@ -64,8 +69,10 @@ def configure(settings: Settings, path: Path | None = None) -> None:
         handler: logging.Handler = logging.FileHandler(path)
     else:
         handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(FORMAT))
-    handler.addFilter(RedactSecrets(secrets_of(settings)))
+    handler.setFormatter(
+        JsonFormatter() if settings.log_format == "json" else logging.Formatter(FORMAT)
+    )
+    handler.addFilter(RedactSecrets([*secrets_of(settings), *secrets_in(settings.redis_url)]))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -73,6 +80,33 @@ def configure(settings: Settings, path: Path | None = None) -> None:
     root.setLevel(settings.log_level)
     for name in _CHATTY:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line (``FANBOT_LOG_FORMAT=json``), with the job's run id,
+    session key and trace id where known (:mod:`bot.observe.scope`). Secrets are already
+    redacted by the handler's filter, which runs before any formatter."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, object] = {
+            "ts": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "pid": record.process,
+        }
+        scope = observe_scope.current()
+        ids = {"run_id": scope.run_id, "session_key": scope.session_key}
+        data |= {k: v for k, v in ids.items() if v}
+        if trace := tracing.trace_id():
+            data["trace_id"] = trace
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            data["exception"] = record.exc_text
+        return json.dumps(data, ensure_ascii=False, default=str)
 
 
 class ThrottledLog:

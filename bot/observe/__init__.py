@@ -1,0 +1,44 @@
+"""Observing fanbot: Prometheus metrics, health endpoints, tracing and job-scoped logs.
+
+Why the counters live in Redis
+------------------------------
+
+A ``fanbot worker`` forks a job horse per turn and per run, and that horse is where
+tokens are spent and runs end; the gateway delivers; several hosts run workers. Two ways
+exist to count that correctly: prometheus-client's multiprocess mode (each process
+writes mmap files in a shared directory and one process sums them) or counters kept in
+the shared state and exported by any process. fanbot keeps them in Redis:
+
+- **Cluster-wide totals from any process.** Every gateway and every worker launcher
+  serves the same figures, because they all read one Redis; multiprocess mode only sums
+  the processes of one host sharing one directory, and a horse's file outlives it only
+  if the directory is cleaned up with care (``mark_process_dead``) at every restart.
+- **They survive restarts.** A worker restart (a deploy, a crash) keeps the counts;
+  Prometheus still handles a reset (a Redis flush) as a counter reset.
+- **One write where the work is done.** A job adds its counts with ``HINCRBY`` in one
+  pipeline (histograms are hashes of bucket counters), a few microseconds next to a model
+  call; nothing is kept in a horse's memory, which ``os._exit`` would lose.
+
+Gauges (queue depths, workers, active runs, the outbox backlog, dead letters) are not
+stored at all: each scrape reads them from RQ and Redis. The price of totals from any
+process: scrape one target, or aggregate with ``max`` (not ``sum``) across targets.
+
+Modules
+-------
+
+==============  ======================================================================
+module          what
+==============  ======================================================================
+``catalog``     every metric's name, help, labels and buckets; events -> updates (pure)
+``export``      the Prometheus collector read at scrape time
+``record``      one-line hooks for sync code (spawn, finalize, jobs)
+``jobs``        the job entry points' scope: span, queue wait, model tokens and cost
+``scope``       contextvars naming the current run and session; the model-call hook
+``tracing``     optional OpenTelemetry (``fanbot[otel]``), a no-op when not configured
+``health``      readiness checks -> status and JSON body (pure)
+``gateway``     the gateway's routes, ingress span and inbound/egress counting
+``serve``       the worker launcher's ``--metrics-port`` HTTP server
+==============  ======================================================================
+
+The Redis structures belong to :mod:`bot.store.metrics`.
+"""

@@ -1,0 +1,250 @@
+"""The gateway's observing: ``/metrics``, ``/healthz`` and ``/readyz`` routes, inbound
+outcomes and webhook bad requests counted, and the ingress span of each message.
+
+The routes join the adapters' webhooks on the gateway's one HTTP server
+(``FANBOT_GATEWAY__HTTP_HOST``/``__HTTP_PORT``); ``FANBOT_OBSERVE__HTTP_ENDPOINTS=false``
+leaves them out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from bot.config import Settings
+from bot.deps import Deps
+from bot.keys import Keys
+from bot.observe import catalog, tracing
+from bot.observe.export import CONTENT_TYPE_LATEST, render, scrape_deps
+from bot.observe.health import ALIVE, Check, verdict
+from bot.store.metrics import MetricsStore, Update
+from bot.store.outbox import entry_time
+from bot.types import Inbound, Outbound, OutboundKind
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT = 2.0  # a Redis that takes longer than this to PING is not ready
+BAD_REQUEST_STATUSES = frozenset({400, 401, 403, 413, 415})
+
+
+@dataclass(kw_only=True)
+class GatewayObserver:
+    """Writes the gateway's metric events with its async client; knows which adapters run.
+
+    Args:
+        redis: The gateway's async client.
+        keys: Key builder.
+    """
+
+    redis: aioredis.Redis
+    keys: Keys
+    started: set[str] = field(default_factory=set)
+    _scrape: Deps | None = None
+
+    def scrape_deps(self, settings: Settings) -> Deps:
+        """The fail-fast stores ``/metrics`` reads (built once, closed by :meth:`close`)."""
+        if self._scrape is None:
+            self._scrape = scrape_deps(settings)
+        return self._scrape
+
+    def close(self) -> None:
+        if self._scrape is not None:
+            self._scrape.close()
+            self._scrape = None
+
+    async def add(self, updates: Sequence[Update]) -> None:
+        """Apply ``updates`` (best effort: a metric is never worth failing a message)."""
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                MetricsStore(keys=self.keys).queue(pipe, updates)
+                await pipe.execute()
+        except (aioredis.RedisError, OSError) as exc:
+            log.debug("metrics not recorded: %s", exc)
+
+
+class _Result(Protocol):
+    @property
+    def duplicate(self) -> bool: ...
+
+    @property
+    def verdict(self) -> str: ...
+
+
+def outcome(result: _Result | None) -> catalog.Inbound:
+    """The ``outcome`` label of one ingress result (pure; ``None``: ingress crashed)."""
+    if result is None:
+        return catalog.Inbound.ERROR
+    if result.duplicate:
+        return catalog.Inbound.DEDUPED
+    if result.verdict == "accept":
+        return catalog.Inbound.ACCEPTED
+    if result.verdict == "ignored: not allowed":
+        return catalog.Inbound.REFUSED
+    return catalog.Inbound.IGNORED
+
+
+class _Observed(Protocol):
+    observer: GatewayObserver
+
+
+S = TypeVar("S", bound=_Observed)
+S2 = TypeVar("S2")
+R = TypeVar("R", bound=_Result)
+
+
+def observed_ingest(
+    ingest: Callable[[S, Inbound], Awaitable[R | None]],
+) -> Callable[[S, Inbound], Awaitable[R | None]]:
+    """Decorate the gateway's ``ingest``: a server span per message (the trace's root) and
+    its outcome counted. A raise (Redis away, the event busy) is retried by the adapter
+    and counted when it is finally handled."""
+
+    @functools.wraps(ingest)
+    async def run(self: S, inbound: Inbound) -> R | None:
+        platform = inbound.thread.platform
+        attrs = {"fanbot.platform": platform, "messaging.message.id": inbound.dedupe_id}
+        with tracing.span("gateway.ingress", attrs, server=True) as span:
+            result = await ingest(self, inbound)
+            tracing.set_attributes(span, {"fanbot.outcome": outcome(result).value})
+        await self.observer.add(catalog.inbound(platform, outcome(result)))
+        return result
+
+    return run
+
+
+def counted_routes(
+    platform: str, routes: Iterable[web.RouteDef], observer: GatewayObserver
+) -> list[web.RouteDef]:
+    """An adapter's webhook routes, each answer in 4xx counted as a ``bad_request``."""
+
+    def wrap(handler: Any) -> Any:
+        @functools.wraps(handler)
+        async def run(request: web.Request) -> web.StreamResponse:
+            try:
+                response: web.StreamResponse = await handler(request)
+            except web.HTTPClientError:
+                await observer.add(catalog.inbound(platform, catalog.Inbound.BAD_REQUEST))
+                raise
+            if response.status in BAD_REQUEST_STATUSES:
+                await observer.add(catalog.inbound(platform, catalog.Inbound.BAD_REQUEST))
+            return response
+
+        return run
+
+    return [web.RouteDef(r.method, r.path, wrap(r.handler), r.kwargs) for r in routes]
+
+
+ReadyCheck = Callable[[], Awaitable[list[Check]]]
+
+
+def observe_routes(*, deps: Deps, ready: ReadyCheck) -> list[web.RouteDef]:
+    """``/metrics`` (Prometheus text), ``/healthz`` and ``/readyz`` (JSON)."""
+
+    async def metrics(_request: web.Request) -> web.Response:
+        body = await asyncio.to_thread(render, deps)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.json_response(ALIVE)
+
+    async def readyz(_request: web.Request) -> web.Response:
+        status, body = verdict(await ready())
+        return web.json_response(body, status=status)
+
+    return [web.get("/metrics", metrics), web.get("/healthz", healthz), web.get("/readyz", readyz)]
+
+
+async def redis_ready(client: aioredis.Redis) -> Check:
+    """The gateway's Redis answers a PING within :data:`READY_TIMEOUT`."""
+    try:
+        await asyncio.wait_for(client.ping(), READY_TIMEOUT)
+    except (aioredis.RedisError, OSError, TimeoutError) as exc:
+        return Check(name="redis", ok=False, detail=f"{type(exc).__name__}: {exc}")
+    return Check(name="redis", ok=True)
+
+
+def adapter_checks(
+    configured: Iterable[str], *, started: set[str], retrying: Iterable[str]
+) -> list[Check]:
+    """One check per configured adapter (pure): ready once it started."""
+    waiting = set(retrying)
+    checks = []
+    for platform in configured:
+        if platform in started:
+            checks.append(Check(name=f"adapter:{platform}", ok=True))
+        else:
+            why = "starting (retrying to connect)" if platform in waiting else "not started"
+            checks.append(Check(name=f"adapter:{platform}", ok=False, detail=why))
+    return checks
+
+
+async def bind(runner: web.AppRunner, host: str, port: int, *, required: bool) -> bool:
+    """Listen on ``host:port``; True if listening.
+
+    Raises:
+        OSError: The address is taken and ``required`` (webhooks need it). Without
+            webhooks only the observing endpoints are lost: logged, and the gateway serves.
+    """
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        if required:
+            raise
+        log.warning("cannot serve /metrics, /healthz, /readyz on %s:%s: %s", host, port, exc)
+        return False
+    return True
+
+
+def bound_port(runner: web.AppRunner | None) -> int | None:
+    """The port ``runner`` listens on (``FANBOT_GATEWAY__HTTP_PORT=0`` picks one)."""
+    for address in runner.addresses if runner is not None else ():
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    return None
+
+
+def delivered_updates(message: Outbound | None, entry_id: str) -> list[Update]:
+    """The metric updates of one delivered outbox entry (an announce: its latency too)."""
+    if message is None:
+        return []
+    announce = message.kind is OutboundKind.ANNOUNCE
+    age = time.time() - entry_time(entry_id) if announce else None
+    return catalog.delivered(message.thread.platform, message.kind.value, since_written=age)
+
+
+class _Entry(Protocol):
+    @property
+    def message(self) -> Outbound | None: ...
+
+    @property
+    def key(self) -> str: ...
+
+
+E = TypeVar("E", bound=_Entry)
+
+
+def observed_delivery(
+    deliver: Callable[[S2, E], Awaitable[None]],
+) -> Callable[[S2, E], Awaitable[None]]:
+    """Decorate the sender's ``deliver``: a ``deliver`` span continuing the trace the
+    outbox entry carries (the turn or run that wrote it)."""
+
+    @functools.wraps(deliver)
+    async def run(self: S2, entry: E) -> None:
+        message = entry.message
+        parent = message.traceparent if message is not None else ""
+        attrs = {"fanbot.outbox_key": entry.key}
+        if message is not None:
+            attrs |= {"fanbot.platform": message.thread.platform, "fanbot.kind": message.kind.value}
+        with tracing.span("deliver", attrs, parent=parent):
+            await deliver(self, entry)
+
+    return run

@@ -1,0 +1,38 @@
+"""One-line hooks that record a metric event from sync code (runs, jobs, ingress).
+
+Each writes its updates in one pipeline and never raises: a metric that cannot be written
+(Redis gone for a moment) is logged at debug level and lost, and the work goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from redis.exceptions import RedisError
+
+from bot.deps import Deps
+from bot.observe import catalog
+from bot.store.metrics import MetricsStore, Update
+from bot.types import RunRecord, RunStatus
+
+log = logging.getLogger(__name__)
+
+
+def write(deps: Deps, updates: list[Update]) -> None:
+    """Apply ``updates`` to the cluster's metrics (best effort)."""
+    try:
+        MetricsStore(keys=deps.keys).write(deps.redis, updates)
+    except (RedisError, OSError) as exc:
+        log.debug("metrics not recorded: %s", exc)
+
+
+def run_spawned(deps: Deps, record: RunRecord) -> None:
+    write(deps, catalog.run_started(record))
+
+
+def run_ended(deps: Deps, record: RunRecord, status: RunStatus, ended_at: float) -> None:
+    write(deps, catalog.run_ended(record, status, ended_at=ended_at))
+
+
+def inbound(deps: Deps, platform: str, outcome: catalog.Inbound) -> None:
+    write(deps, catalog.inbound(platform, outcome))

@@ -1,0 +1,201 @@
+"""The pure parts of observing: series encoding, histogram buckets, event -> updates,
+readiness verdicts, inbound outcomes, JSON log lines, and tracing off costing nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from bot.config import Settings
+from bot.keys import Keys
+from bot.logs import JsonFormatter, RedactSecrets
+from bot.observe import catalog, tracing
+from bot.observe.gateway import adapter_checks, outcome
+from bot.observe.health import Check, verdict
+from bot.observe.scope import bound
+from bot.store.metrics import (
+    Count,
+    Histogram,
+    MetricsStore,
+    Observe,
+    bucket_of,
+    parse_series,
+    series,
+)
+from bot.types import RunRecord, RunStatus, ThreadRef, Usage
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_series_round_trips_with_sorted_labels_and_cut_values() -> None:
+    text = series("m", {"b": "2", "a": "x|y", "c": "z" * 500})
+    name, labels = parse_series(text)
+    assert name == "m"
+    assert labels == (("a", "x|y"), ("b", "2"), ("c", "z" * 100))
+    assert series("m", {"a": "1", "b": "2"}) == series("m", {"b": "2", "a": "1"})
+
+
+@pytest.mark.parametrize(
+    ("value", "bound"), [(0.0, 0.1), (0.1, 0.1), (0.11, 1.0), (5.0, 10.0), (11.0, math.inf)]
+)
+def test_a_value_lands_in_the_first_bucket_at_or_above_it(value: float, bound: float) -> None:
+    assert bucket_of(value, (10.0, 0.1, 1.0)) == bound
+
+
+def test_cumulative_buckets_end_at_inf() -> None:
+    hist = Histogram(buckets={1.0: 2, 0.5: 1, math.inf: 1}, sum=3.0, count=4)
+    assert hist.cumulative() == [(0.5, 1), (1.0, 3), (math.inf, 4)]
+    assert Histogram(buckets={1.0: 2}).cumulative() == [(1.0, 2), (math.inf, 2)]
+
+
+def test_the_store_counts_and_observes_in_redis(rconn: redis.Redis) -> None:
+    store = MetricsStore(keys=Keys(prefix="t:"))
+    store.write(rconn, [Count("c", {"k": "v"}), Count("c", {"k": "v"}, 2), Count("f", {}, 0.25)])
+    store.write(
+        rconn, [Observe("h", {"q": "a"}, 0.3, (0.1, 1.0)), Observe("h", {"q": "a"}, 7, (1.0,))]
+    )
+    snap = store.read(rconn)
+    assert snap.counters == {("c", (("k", "v"),)): 3.0, ("f", ()): 0.25}
+    hist = snap.histograms[("h", (("q", "a"),))]
+    assert (hist.count, hist.sum) == (2, pytest.approx(7.3))
+    assert hist.cumulative() == [(1.0, 1), (math.inf, 2)]
+
+
+def _record(**changes: object) -> RunRecord:
+    values: dict[str, object] = {
+        "run_id": "r1", "seq": 1, "session_key": "s", "child_session_key": "c",
+        "session_id": "x", "thread": ThreadRef(platform="slack", account="a", chat="c"),
+        "requester": "u", "agent_id": "main", "subagent_type": "researcher", "task": "t",
+        "model": "m", "created_at": 100.0, "started_at": 101.0,
+    }  # fmt: skip
+    values.update(changes)
+    return RunRecord(**values)  # type: ignore[arg-type]
+
+
+def test_a_run_ending_counts_by_agent_type_status_and_times_from_its_start() -> None:
+    ended, duration = catalog.run_ended(_record(), RunStatus.TIMEOUT, ended_at=131.0)
+    assert ended == Count(
+        "fanbot_runs_ended", {"agent": "main", "type": "researcher", "status": "timeout"}
+    )
+    assert isinstance(duration, Observe) and duration.value == 30.0
+    never_started = catalog.run_ended(_record(started_at=None), RunStatus.STOPPED, ended_at=110.0)
+    assert never_started[1].value == 10.0  # type: ignore[union-attr]
+
+
+def test_a_model_call_counts_tokens_and_cost_only_when_known() -> None:
+    updates = catalog.model_call("m", Usage(prompt_tokens=3, completion_tokens=4), None, ok=True)
+    assert [u.amount for u in updates if isinstance(u, Count)] == [1, 3, 4]
+    priced = catalog.model_call("m", Usage(prompt_tokens=1), 0.5, ok=False)
+    assert priced[0].labels == {"model": "m", "outcome": "error"}
+    assert priced[-1] == Count("fanbot_model_cost_usd", {"model": "m"}, 0.5)
+
+
+def test_only_an_announce_has_a_finish_to_announce_latency() -> None:
+    assert len(catalog.delivered("slack", "reply", since_written=None)) == 1
+    announce = catalog.delivered("slack", "announce", since_written=-1.0)
+    assert isinstance(announce[1], Observe) and announce[1].value == 0.0  # clock skew: 0
+
+
+class _Result:
+    def __init__(self, verdict: str, duplicate: bool = False) -> None:
+        self.verdict, self.duplicate = verdict, duplicate
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (None, "error"),
+        (_Result("accept", duplicate=True), "deduped"),
+        (_Result("accept"), "accepted"),
+        (_Result("ignored: not allowed"), "refused"),
+        (_Result("ignored: another bot"), "ignored"),
+        (_Result("ignored: not addressed to the bot"), "ignored"),
+    ],
+)
+def test_inbound_outcomes(result: _Result | None, expected: str) -> None:
+    assert outcome(result).value == expected
+
+
+def test_readiness_names_what_is_not_ready() -> None:
+    assert verdict([Check(name="redis", ok=True)]) == (
+        200,
+        {"status": "ready", "checks": {"redis": {"ok": True, "detail": ""}}},
+    )
+    checks = [Check(name="redis", ok=True), *adapter_checks(
+        ["slack", "telegram", "matrix"], started={"telegram"}, retrying=["slack"]
+    )]  # fmt: skip
+    status, body = verdict(checks)
+    assert status == 503
+    assert body["not_ready"] == ["adapter:slack", "adapter:matrix"]
+    assert body["checks"]["adapter:slack"]["detail"] == "starting (retrying to connect)"
+    assert body["checks"]["adapter:matrix"]["detail"] == "not started"
+
+
+def _line(record: logging.LogRecord, secrets: tuple[str, ...] = ()) -> dict[str, object]:
+    RedactSecrets(secrets).filter(record)
+    parsed: dict[str, object] = json.loads(JsonFormatter().format(record))
+    return parsed
+
+
+def _log_record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:
+    info = None
+    if exc:
+        try:
+            raise ValueError("token sekret123 leaked")
+        except ValueError:
+            info = sys.exc_info()
+    return logging.LogRecord("bot.x", logging.WARNING, __file__, 1, msg, args, info)
+
+
+def test_a_json_log_line_carries_the_job_scope_and_keeps_secrets_out() -> None:
+    line = _line(_log_record("plain %s", "text"))
+    assert line["message"] == "plain text" and line["level"] == "WARNING"
+    assert line["logger"] == "bot.x" and "run_id" not in line and "trace_id" not in line
+    with bound(run_id="r1", session_key="agent:main:slack:C1"):
+        scoped = _line(_log_record("key %s", "sekret123"), secrets=("sekret123",))
+    assert scoped["run_id"] == "r1" and scoped["session_key"] == "agent:main:slack:C1"
+    assert scoped["message"] == "key ***"
+    failed = _line(_log_record("boom", exc=True), secrets=("sekret123",))
+    assert "ValueError: token *** leaked" in str(failed["exception"])
+
+
+def test_a_json_log_line_has_the_trace_id_inside_a_span() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    assert tracing.configure(Settings(), service="t", exporter=InMemorySpanExporter())
+    try:
+        with tracing.span("outer"):
+            line = _line(_log_record("in a span"))
+            assert line["trace_id"] == tracing.trace_id() and len(str(line["trace_id"])) == 32
+            assert tracing.traceparent().startswith("00-" + str(line["trace_id"]))
+    finally:
+        tracing.shutdown()
+
+
+def test_tracing_off_imports_nothing_and_changes_nothing() -> None:
+    # redis-py itself imports parts of opentelemetry when it is installed; tracing off must
+    # add none (no SDK, no exporter) to what the process loaded anyway.
+    code = (
+        "import sys, redis\n"
+        "before = {m for m in sys.modules if m.startswith('opentelemetry')}\n"
+        "from bot.observe import tracing\n"
+        "from bot.config import Settings\n"
+        "assert not tracing.configure(Settings(), service='x')\n"
+        "with tracing.span('a', parent='00-' + '1' * 32 + '-' + '2' * 16 + '-01') as s:\n"
+        "    assert s is None and tracing.traceparent() == '' and tracing.trace_id() == ''\n"
+        "tracing.flush()\n"
+        "after = {m for m in sys.modules if m.startswith('opentelemetry')}\n"
+        "print(sorted(after - before))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "FANBOT_CONFIG": "/dev/null"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+    )
+    assert out.stdout.strip() == "[]"

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bot.deps import Deps
+from bot.runs.join import cancel_joins
 from bot.runs.stop import running_turn, stop_run, stop_turn
 from bot.types import RunRecord, RunStatus
 
@@ -24,7 +25,8 @@ class InFlight:
     Attributes:
         runs: Unfinished runs of the console's sessions, oldest first.
         roots: Run id -> the console session it reports to (its own, or its parent's).
-        turns: Session keys with a main-agent turn queued or executing.
+        turns: Session keys with a main-agent turn queued or executing, or a fan-in whose
+            continuation turn is still to come.
         line: Job ids of every run waiting to start, in the order they will start.
     """
 
@@ -58,7 +60,8 @@ def in_flight(deps: Deps, session_keys: Iterable[str]) -> InFlight:
     active = deps.runs.get_many(sorted(deps.runs.active_ids()))
     roots = ours(active, keys)
     runs = sorted((r for r in active if r.run_id in roots), key=lambda r: (r.created_at, r.seq))
-    turns = frozenset(k for k in keys if deps.jobs.turns_in_flight(k))
+    # A fan-in not yet continued is an answer still to come.
+    turns = frozenset(k for k in keys if deps.jobs.turns_in_flight(k) or deps.joins.of_session(k))
     waiting = any(r.status is RunStatus.QUEUED for r in runs)
     line = tuple(deps.jobs.subagent_line()) if waiting else ()
     return InFlight(runs=tuple(runs), roots=roots, turns=turns, line=line)
@@ -100,6 +103,8 @@ def stop_in_flight(deps: Deps, snapshot: InFlight, *, by: str) -> int:
     Returns:
         How many runs this call ended.
     """
+    for session_key in sorted({*snapshot.turns, *(r.session_key for r in snapshot.runs)}):
+        cancel_joins(deps, session_key, [r for r in snapshot.runs if r.session_key == session_key])
     ended = sum(stop_run(deps, r.run_id, by=by).ended for r in snapshot.runs)
     for session_key in snapshot.turns:
         turn = running_turn(deps, session_key)

@@ -9,6 +9,9 @@ Layers, each applied in turn; **deny wins** everywhere, names may be ``fnmatch``
 * ``FANBOT_AGENTS='{"main": {"tools": {"allow": [...], "deny": [...]}}}'`` — that agent's
   main turns.
 
+A tool whose schema depends on the configuration (``sessions_spawn``) is handed out
+configured (:meth:`~bot.agent.tools.Tool.configured`).
+
 An allow list only narrows the ordinary tools. The main agent's session tools
 (``sessions_spawn``…) are its purpose, so an allow list meant for, say, subagents never
 removes them: only a deny that names them does. Subagents never get session tools (they are
@@ -76,10 +79,11 @@ def main_agent_tools(settings: Settings, agent_id: str, pool: Sequence[Tool]) ->
     """The main agent's tools out of ``pool`` (session tools included)."""
     by_name = {t.name: t for t in pool}
     kept = apply(list(by_name), main_agent_rules(settings, agent_id), protected=SESSION_TOOLS)
-    return [by_name[n] for n in kept]
+    return [by_name[n].configured(settings) for n in kept]
 
 
 def subagent_tools(settings: Settings, sub_type: SubagentType, pool: Sequence[Tool]) -> list[Tool]:
     """A subagent type's tools out of ``pool`` (never a session tool)."""
     by_name = {t.name: t for t in pool if t.name not in SESSION_TOOLS}
-    return [by_name[n] for n in apply(list(by_name), subagent_rules(settings, sub_type))]
+    kept = apply(list(by_name), subagent_rules(settings, sub_type))
+    return [by_name[n].configured(settings) for n in kept]

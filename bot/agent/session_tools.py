@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import json
 import time
+from functools import lru_cache
 
 from pydantic import BaseModel, Field
 
 from bot.agent.context import ToolContext
-from bot.agent.spawn import SpawnArgs, spawn
+from bot.agent.spawn import SpawnArgs, TypeList, spawn, spawn_args_for
 from bot.agent.subagent_types import subagent_types
 from bot.agent.tools import NoArgs, Tool
+from bot.config import Settings
 from bot.errors import ToolError
 from bot.runs.access import Actor, may_control, resolve_run
-from bot.runs.render import is_tool_message
+from bot.runs.logview import read_log
 from bot.runs.send import send
 from bot.types import RunRecord
 
@@ -58,7 +60,9 @@ class HistoryArgs(BaseModel):
         "prefix or the childSessionKey.",
     )
     limit: int = Field(20, ge=1, le=200, description="How many of the last messages.")
-    tools: bool = Field(False, description="Only tool calls and tool results.")
+    tools: bool = Field(
+        False, description="Also show tool calls and tool results (hidden by default)."
+    )
 
 
 class SendArgs(BaseModel):
@@ -80,18 +84,21 @@ def _resolve(ctx: ToolContext, token: str) -> RunRecord:
 
 def _history(ctx: ToolContext, args: HistoryArgs) -> str:
     run = _resolve(ctx, args.id)
-    last = 2_000 if args.tools else args.limit
     transcripts = ctx.deps.transcripts
     key = transcripts.current_key(run.session_id, archived_at=run.archived_at)
-    messages = transcripts.read_key(key, last=last)
-    if args.tools:
-        messages = [m for m in messages if is_tool_message(m)]
+    view = read_log(transcripts, key, limit=args.limit, tools=args.tools)
     items = [
         {k: m[k] for k in ("role", "content", "tool_calls", "tool_call_id") if m.get(k)}
-        for m in messages[-args.limit :]
+        for m in view.messages
     ]
     return json.dumps(
-        {"number": run.seq, "runId": run.run_id, "status": run.status.value, "messages": items}
+        {
+            "number": run.seq,
+            "runId": run.run_id,
+            "status": run.status.value,
+            "messages": items,
+            "total": view.total,
+        }
     )
 
 
@@ -114,7 +121,14 @@ def _send(ctx: ToolContext, args: SendArgs) -> str:
 def _agents(ctx: ToolContext, args: NoArgs) -> str:
     s = ctx.deps.settings
     types = [
-        {"name": t.name, "description": t.description, "model": t.model}
+        {
+            "name": t.name,
+            "description": t.description,
+            "model": t.model,
+            "context": t.context,
+            "compiled": t.runnable is not None,
+            "structured": t.output_schema is not None,
+        }
         for t in subagent_types(s).values()
     ]
     agents = sorted({ctx.agent_id, *s.agents})
@@ -123,12 +137,43 @@ def _agents(ctx: ToolContext, args: NoArgs) -> str:
 
 SPAWN_DESCRIPTION = (
     "Start a background subagent for a self-contained task. It runs in isolation with only "
-    "the task as context and announces its result in this thread when done. Returns at "
-    "once with a runId; call it several times in one response to run tasks in parallel."
+    "the task as context (context=fork: also this conversation's recent messages) and "
+    "announces its result in this thread when done. Returns at once with a runId; call it "
+    "several times in one response to run tasks in parallel. Pick the subagent_type whose "
+    "description fits the task."
 )
 
+
+def spawn_description(types: TypeList) -> str:
+    """The spawn tool's description with each subagent type's name and description (as
+    deepagents describes its ``task`` tool), so the model can choose one."""
+    lines = [f"- {name}: {' '.join(text.split()) or '(no description)'}" for name, text in types]
+    return SPAWN_DESCRIPTION + "\n\nAvailable subagent types (subagent_type):\n" + "\n".join(lines)
+
+
+def spawn_tool(settings: Settings) -> Tool:
+    """``sessions_spawn`` for ``settings``: its schema enumerates the subagent types."""
+    return _spawn_tool(tuple((t.name, t.description) for t in subagent_types(settings).values()))
+
+
+@lru_cache(maxsize=32)
+def _spawn_tool(types: TypeList) -> Tool:
+    return Tool(
+        name="sessions_spawn",
+        description=spawn_description(types),
+        args=spawn_args_for(types),
+        run=_spawn,
+    )
+
+
 SESSION_TOOLS_LIST: tuple[Tool, ...] = (
-    Tool(name="sessions_spawn", description=SPAWN_DESCRIPTION, args=SpawnArgs, run=_spawn),
+    Tool(
+        name="sessions_spawn",
+        description=SPAWN_DESCRIPTION,
+        args=SpawnArgs,
+        run=_spawn,
+        configure=spawn_tool,
+    ),
     Tool(
         name="sessions_list",
         description="List the subagent runs spawned from this conversation, newest first.",

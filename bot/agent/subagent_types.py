@@ -21,6 +21,9 @@ def available_tools(settings: Settings) -> list[Tool]:
 def tools_for_type(
     sub_type: SubagentType, settings: Settings, tools: Sequence[Tool] | None = None
 ) -> list[Tool]:
-    """The type's tools by policy (:mod:`bot.agent.policy`); never a session tool."""
+    """The type's tools by policy (:mod:`bot.agent.policy`); never a session tool, and
+    none for a compiled type (its runnable has its own)."""
+    if sub_type.runnable is not None:
+        return []
     pool = tools if tools is not None else available_tools(settings)
     return policy.subagent_tools(settings, sub_type, pool)

@@ -31,7 +31,27 @@ def _topic(request: ChatRequest) -> str:
     return said if colon and speaker and " " not in speaker else text
 
 
+def _synthesis(request: ChatRequest) -> Reply:
+    """The continuation after the fan-in: one answer from every run's result."""
+    ended = [
+        line.removeprefix("- ")
+        for line in request.last_user_message.splitlines()
+        if line.startswith("- Subagent #")
+    ]
+    lines = [
+        "**All subagents are done.** Here is the combined answer:",
+        "",
+        *(f"- {line}" for line in ended),
+        "",
+        "The research, outline and review agree: start small, measure, then harden.",
+        "_(offline demo model — connect a real model for real answers)_",
+    ]
+    return Text("\n".join(lines))
+
+
 def _main_agent(request: ChatRequest) -> Reply:
+    if request.is_continuation:
+        return _synthesis(request)
     if request.last_role == "tool":
         started = 0
         for message in reversed(request.messages):
@@ -39,7 +59,7 @@ def _main_agent(request: ChatRequest) -> Reply:
                 break
             started += 1
         noun = "subagent" if started == 1 else "subagents"
-        return Text(f"Started {started} {noun}; each will announce its result in this thread.")
+        return Text(f"Started {started} {noun}; I'll combine their results when they're done.")
     topic = _topic(request)
     if _is_greeting(topic):
         return Text(

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, TypeAlias
 
-from bot.types import Usage
+from bot.types import FAN_IN_MARK, Usage
 
 __all__ = [
     "Call",
@@ -196,6 +196,11 @@ class ChatRequest:
             if message.get("role") == "user":
                 return message_text(message.get("content"))
         return ""
+
+    @property
+    def is_continuation(self) -> bool:
+        """The main agent's turn after a fan-in: its runs' results are in."""
+        return self.last_role == "user" and self.last_user_message.startswith(FAN_IN_MARK)
 
     @property
     def system_prompt(self) -> str:

@@ -159,7 +159,10 @@ async def test_bad_spawn_parameters_become_tool_errors_the_model_sees(redis_url:
             )
         second = next(r for r in fake.requests if r.chat.last_role == "tool")
     results = [t.content for t in second.chat.tool_results]
-    assert results[0].startswith("error: unknown subagent_type 'nope'; available: general-purpose")
+    assert results[0] == (
+        "error: invalid arguments for sessions_spawn: subagent_type: Input should be "
+        "'general-purpose', 'explore', 'plan' or 'code'"
+    )
     assert '"status": "accepted"' in results[1]
     assert "unknown model 'no-such-model'; using 'fake-model'" in results[1]
     assert (

@@ -428,7 +428,7 @@ def test_demo_model_main_agent_flow() -> None:
     assert [c.function.name for c in calls] == ["sessions_spawn"] * 3
     assert [a["label"] for a in args] == ["Research", "Outline", "Review"]
     assert all(ask in a["task"] for a in args)
-    assert confirm.content == "Started 3 subagents; each will announce its result in this thread."
+    assert confirm.content == "Started 3 subagents; I'll combine their results when they're done."
 
 
 async def test_demo_model_subagent_flow() -> None:

@@ -31,7 +31,11 @@ and ``subagents``), decided by the pure :func:`decide` and then acted on:
   It is never requeued: a turn runs at most once;
 - finished, failed, stopped, canceled or gone: its slot is freed;
 
-then each lane lets its next waiting jobs through and is dropped once empty. A requeue is a
+then each lane lets its next waiting jobs through and is dropped once empty. The subagent
+slots (``fair:slots``, :mod:`bot.store.fair`) are repaired the same way as a lane, except
+that a slot is freed only once its run has ended (or parked to wait for its children):
+until then the reaper owns it. A queued run whose held job is in no line at all (the line
+lost with Redis's last second of writes) is put back in it. A requeue is a
 transaction on the job's status, so a job that started meanwhile is left alone, and the
 stale execution entry is removed first, so rq can never fail the new run for the old one.
 """
@@ -41,10 +45,9 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from redis import Redis
 from rq.job import JobStatus
 from rq.rate_limit import RateLimitRegistry
 from rq.registry import StartedJobRegistry
@@ -52,11 +55,14 @@ from rq.serializers import JSONSerializer
 
 from bot.deps import Deps
 from bot.store.lost_jobs import LostJobs
-from bot.store.rq_state import Holder, observe_lanes, requeue_lost
+from bot.store.rq_state import Holder, observe, observe_lanes, requeue_lost
+from bot.types import RunStatus
 
 log = logging.getLogger(__name__)
 
 _HOLDS_SLOT = (JobStatus.QUEUED, JobStatus.STARTED)
+FAIR_LANE = "fair:subagents"
+"""How the subagent slots are named in a :class:`Holder` (not an RQ lane)."""
 
 
 class Action(enum.StrEnum):
@@ -102,6 +108,7 @@ class Repaired:
     requeued: list[str] = field(default_factory=list)
     abandoned: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
+    rejoined: list[str] = field(default_factory=list)
 
 
 def repair_jobs(deps: Deps, *, now: float | None = None) -> Repaired:
@@ -110,22 +117,67 @@ def repair_jobs(deps: Deps, *, now: float | None = None) -> Repaired:
     lost = LostJobs(redis=deps.redis, keys=deps.keys)
     lanes = RateLimitRegistry.all(deps.redis)
     grace = deps.settings.subagents.stale_after_seconds
-    holders = observe_lanes(deps.redis, lanes, lost.since(), now=now)
+    since = lost.since()
+    holders = observe_lanes(deps.redis, lanes, since, now=now)
+    holders += _fair_holders(deps, since, now=now)
     plan = [(h, decide(h, now=now, grace=grace)) for h in holders]
-    done = _act(deps.redis, plan, now=now)
+    done = _act(deps, plan, now=now)
     for lane in lanes:
         lane.cleanup()  # lets waiting jobs take the freed slots; drops the lane once empty
     lost.remember(_still_lost(plan, now=now))
+    done.rejoined = _rejoin_lines(deps, now=now, grace=grace)
     return done
 
 
-def _act(conn: Redis, plan: Iterable[tuple[Holder, Action]], *, now: float) -> Repaired:
+def _rejoin_lines(deps: Deps, *, now: float, grace: float) -> list[str]:
+    """Queued runs whose held job is in no line (lost with Redis's last writes): back in it."""
+    active = deps.runs.get_many(sorted(deps.runs.active_ids()))
+    due = {
+        r.run_id: r.session_key
+        for r in active
+        if r.status is RunStatus.QUEUED and now - r.created_at >= grace
+    }
+    sub = deps.settings.subagents
+    rejoined = deps.jobs.fair.rejoin(
+        due, max_concurrent=sub.max_concurrent, cap=sub.max_concurrent_per_session
+    )
+    if rejoined:
+        log.warning("put %d run(s) back in line: %s", len(rejoined), ", ".join(rejoined))
+    return rejoined
+
+
+def _fair_holders(deps: Deps, since: Mapping[str, float], *, now: float) -> list[Holder]:
+    holders = []
+    for run_id in deps.jobs.fair.holders():
+        try:
+            holders.append(
+                observe(deps.redis, FAIR_LANE, run_id, now=now, lost_since=since.get(run_id))
+            )
+        except Exception:  # one malformed job must not stop the repair of the others
+            log.warning("cannot inspect the job of run %s", run_id, exc_info=True)
+    return holders
+
+
+def _release_fair(deps: Deps, run_id: str) -> bool:
+    """Free a subagent slot whose job is done, once its run has ended or parked."""
+    record = deps.runs.get(run_id)
+    if record is not None and not record.status.terminal and record.parked_at is None:
+        return False
+    return deps.jobs.fair.release(run_id)
+
+
+def _act(deps: Deps, plan: Iterable[tuple[Holder, Action]], *, now: float) -> Repaired:
+    conn = deps.redis
     done = Repaired()
     abandon_in: set[str] = set()
     for holder, action in plan:
         if action is Action.REQUEUE and requeue_lost(conn, holder.job_id):
             log.warning("requeued lost job %s of lane %s", holder.job_id, holder.lane)
             done.requeued.append(holder.job_id)
+        elif action is Action.RELEASE and holder.lane == FAIR_LANE:
+            if _release_fair(deps, holder.job_id):
+                log.warning("freed the subagent slot of run %s", holder.job_id)
+                done.released.append(holder.job_id)
         elif action is Action.RELEASE:
             RateLimitRegistry(holder.lane, conn).release_stale_and_enqueue(holder.job_id)
             log.warning(

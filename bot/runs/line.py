@@ -1,0 +1,59 @@
+"""The line for subagent slots, as the lifecycle uses it: admit the next runs when a slot
+frees, and tell each waiting run's status card its place (``queued · #3 in line``).
+
+Who gets a slot is decided in Redis (:mod:`bot.store.fair`); this module only calls the
+admission after a terminal transition or a spawn and renders the places it reads.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bot.deps import Deps
+from bot.store.streams import ProgressEvent, put_progress
+from bot.types import RunStatus
+
+log = logging.getLogger(__name__)
+
+MAX_PLACES = 50
+"""Status cards told their place after each change (the rest learn it as the line moves)."""
+
+
+def place_text(place: int) -> str:
+    """``queued · #3 in line`` (pure); #1 starts next."""
+    return f"queued · #{place} in line"
+
+
+def admit_next(deps: Deps) -> list[str]:
+    """Give free slots to waiting runs (fairly, in Redis); returns the run ids admitted."""
+    sub = deps.settings.subagents
+    return deps.jobs.refill_subagent_slots(sub.max_concurrent, sub.max_concurrent_per_session)
+
+
+def show_places(deps: Deps, *, from_run: str | None = None) -> None:
+    """Put each waiting run's place in line on its status card, or only from ``from_run``
+    on (a run just put in line moves only those behind it). Best effort: a failure is
+    logged, and the next change of the line shows the places again."""
+    try:
+        line = deps.jobs.subagent_line()
+        start = line.index(from_run) if from_run in line else 0
+        line = line[start : start + MAX_PLACES]
+        places = {run_id: place for place, run_id in enumerate(line, start + 1)}
+        for record in deps.runs.get_many(line):
+            if record.status is not RunStatus.QUEUED:
+                continue  # started meanwhile: its own events tell its card
+            text = place_text(places[record.run_id])
+            event = ProgressEvent(run_id=record.run_id, thread=record.thread, text=text)
+            put_progress(deps.redis, deps.keys, event)
+    except Exception:
+        log.warning("cannot show the places in line", exc_info=True)
+
+
+def after_slot_freed(deps: Deps) -> None:
+    """Admit the next runs and refresh the places; a failure is logged (the maintenance
+    sweep admits on its next pass)."""
+    try:
+        admit_next(deps)
+    except Exception:
+        log.warning("admitting the next subagent runs failed", exc_info=True)
+    show_places(deps)

@@ -228,6 +228,12 @@ class ConsoleChannel:
         print(render_edit(text, thread=thread.thread, show_thread=self.show_thread),
               file=self.stdout, flush=True)  # fmt: skip
 
+    async def delete(self, thread: ThreadRef, message_id: str) -> None:
+        """Drop a status line from the live area; a printed line cannot be taken back."""
+        if self.terminal is None:
+            raise DeliveryError("the console printed it already", permanent=True)
+        self._status_texts.pop(message_id, None)
+
     async def typing(self, thread: ThreadRef) -> None:
         return None
 

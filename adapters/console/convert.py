@@ -13,7 +13,8 @@ ACCOUNT = "local"
 CHAT = "console"
 MAX_LINE = 200_000
 THREAD_COMMAND = ":thread"
-_WORKER_ELAPSED = re.compile(r" · \d+s$")
+_WORKER_ELAPSED = re.compile(r", (?:\d+\.\ds|\d+m\d\ds|\d+h\d\dm)$")
+"""The worker's elapsed time ending a status card's tally (``· 5 tools, 3.2s``)."""
 
 
 def thread_ref(name: str) -> ThreadRef:
@@ -87,7 +88,7 @@ class LiveRun:
 
     Attributes:
         thread: The console thread it reports to.
-        title: ``Subagent #2 "Research"`` (the run's title everywhere).
+        title: ``[explore] Subagent #2 "Research"`` (as its status card shows it).
         running: Started (else queued).
         since: Epoch seconds it started (running) or was queued; elapsed ticks from here.
         position: Its place in the line of runs waiting to start (1 = next), when queued.

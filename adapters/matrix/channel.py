@@ -23,9 +23,12 @@ from typing import Any
 from aiohttp import ClientError, web
 from nio import (
     AsyncClient,
+    EncryptionError,
     LocalProtocolError,
     MatrixRoom,
     MegolmEvent,
+    RoomGetEventResponse,
+    RoomRedactResponse,
     RoomSendResponse,
     SendRetryError,
     SyncResponse,
@@ -41,7 +44,7 @@ from bot.chunking import split_markdown
 from bot.config import AttachmentSettings, MatrixSettings
 from bot.errors import DeliveryError
 from bot.logs import ThrottledLog
-from bot.ports import InboundSink, OutFile, PartLog
+from bot.ports import InboundSink, OpenedThread, OutFile, PartLog
 from bot.types import Inbound, Outbound, OutboundKind, Platform, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -236,6 +239,9 @@ class MatrixChannel:
         source = getattr(event, "source", None)
         if not isinstance(source, dict):
             return
+        if source.get("type") == "m.reaction":
+            await self._deliver_reaction(source, room)
+            return
         context = convert.RoomContext(
             room_id=room.room_id,
             bot_user_id=self.user_id,
@@ -265,6 +271,52 @@ class MatrixChannel:
             await self._sink(inbound)
         except Exception as exc:  # not taken: fail the sync, so its token is not saved
             raise SinkRefused(inbound.message_id) from exc
+
+    def _context(self, room: MatrixRoom) -> convert.RoomContext:
+        return convert.RoomContext(
+            room_id=room.room_id,
+            bot_user_id=self.user_id,
+            bot_display_name=room.user_name(self.user_id) or self._display_name,
+            member_count=room.member_count,
+            thread_replies=self.settings.thread_replies,
+        )
+
+    async def _deliver_reaction(self, source: dict[str, Any], room: MatrixRoom) -> None:
+        """A reaction on one of our messages with actions presses the action its key names
+        (the annotated event is fetched, and decrypted in an encrypted room)."""
+        found = convert.reaction_of(source)
+        if found is None or source.get("sender") == self.user_id or self._sink is None:
+            return
+        target = await self._event_source(room.room_id, found[0])
+        if target is None or target.get("sender") != self.user_id:
+            return
+        sender = source.get("sender")
+        name = room.user_name(sender) if isinstance(sender, str) else None
+        inbound = convert.pressed(source, target, room=self._context(room), sender_name=name or "")
+        if inbound is None:
+            return
+        try:
+            await self._sink(inbound)
+        except Exception as exc:  # not taken: fail the sync, so its token is not saved
+            raise SinkRefused(inbound.message_id) from exc
+
+    async def _event_source(self, room_id: str, event_id: str) -> dict[str, Any] | None:
+        client, _ = self._require()
+        try:
+            response = await client.room_get_event(room_id, event_id)
+        except (ClientError, TimeoutError) as exc:
+            raise SinkRefused(event_id) from exc  # not now: the sync retries the batch
+        if not isinstance(response, RoomGetEventResponse):
+            return None
+        event: Any = response.event
+        if isinstance(event, MegolmEvent):
+            try:
+                event = client.decrypt_event(event)
+            except (EncryptionError, LocalProtocolError):
+                log.warning("matrix: cannot decrypt %s to read its actions", event_id)
+                return None
+        source = getattr(event, "source", None)
+        return source if isinstance(source, dict) else None
 
     async def _with_files(self, inbound: Inbound, source: dict[str, Any]) -> Inbound:
         """Download the event's file when it may be for the bot (bounded, never raises)."""
@@ -328,6 +380,8 @@ class MatrixChannel:
         index, so re-sending a part in doubt returns the event the homeserver already has.
         Matrix has no ephemeral messages, so ``ephemeral_to`` is posted like any reply.
         """
+        if message.callback and not message.ephemeral_to:
+            return []  # a reaction that decided: the edited request is the answer
         if message.edit_of:
             await self.edit(message.thread, message.edit_of, message.text)
             return [message.edit_of]
@@ -346,12 +400,43 @@ class MatrixChannel:
                 thread=root,
                 latest=self._latest.get((room_id, root)) if root else None,
             )
+            last = index == len(chunks) - 1
+            if message.actions and last:
+                content[convert.ACTIONS_FIELD] = convert.actions_field(message.actions)
             key = f"{book.key}:{index}" if book.key else None
             event_id = await self._room_send(room_id, content, key)
             if root:
                 self._latest[(room_id, root)] = event_id
             await book.record(index, event_id)
+            if message.actions and last:
+                await self._offer_reactions(room_id, event_id, message, key)
         return book.ids(len(chunks))
+
+    async def open_thread(self, parent: ThreadRef, title: str) -> OpenedThread:
+        """A new thread root (a room message; its transaction id comes from the room and
+        title, so a retried open returns the same event) and its ``matrix.to`` link."""
+        limit = self.settings.max_message_chars
+        chunk = render_chunks(f"🧵 {title}", limit=limit, chunker=self.chunker)[0]
+        content = convert.message_content(
+            body=chunk.body, html=chunk.html, msgtype="m.text", thread=None, latest=None
+        )
+        key = f"thread-root:{parent.chat}:{parent.thread or ''}:{title}"
+        event_id = await self._room_send(parent.chat, content, key)
+        thread = dataclasses.replace(parent, thread=event_id)
+        return OpenedThread(thread=thread, link=convert.event_link(parent.chat, event_id))
+
+    async def _offer_reactions(
+        self, room_id: str, event_id: str, message: Outbound, key: str | None
+    ) -> None:
+        """React with each action's key, so a person taps one instead of typing it (best
+        effort: the keys work without these)."""
+        for react in convert.actions_field(message.actions):
+            content = convert.reaction_content(event_id, react)
+            try:
+                tx_key = f"{key}:{react}" if key else None
+                await self._room_send(room_id, content, tx_key, event_type="m.reaction")
+            except DeliveryError as exc:
+                log.warning("matrix: could not offer reaction %s: %s", react, exc)
 
     def http_routes(self) -> list[web.RouteDef]:
         """None: Matrix is read by syncing, not by webhooks."""
@@ -365,19 +450,41 @@ class MatrixChannel:
         )
         await self._room_send(thread.chat, content, None)
 
+    async def delete(self, thread: ThreadRef, message_id: str) -> None:
+        """Redact a status message (a run that ended quietly)."""
+        client, _ = self._require()
+        try:
+            response = await client.room_redact(thread.chat, message_id)
+        except (ClientError, TimeoutError) as exc:
+            raise DeliveryError(f"matrix: redact in {thread.chat} failed: {exc}") from exc
+        if isinstance(response, RoomRedactResponse):
+            return
+        raise convert.delivery_error(
+            errcode=response.status_code,
+            message=response.message,
+            retry_after_ms=response.retry_after_ms,
+        )
+
     async def typing(self, thread: ThreadRef) -> None:
         """Show the bot as typing in the room for a few seconds (best effort)."""
         client, _ = self._require()
         with contextlib.suppress(ClientError, TimeoutError):
             await client.room_typing(thread.chat, True, timeout=TYPING_TIMEOUT_MS)
 
-    async def _room_send(self, room_id: str, content: dict[str, Any], key: str | None) -> str:
+    async def _room_send(
+        self,
+        room_id: str,
+        content: dict[str, Any],
+        key: str | None,
+        *,
+        event_type: str = "m.room.message",
+    ) -> str:
         client, _ = self._require()
         # A stable transaction id makes a retried send after a lost response a no-op.
         tx_id = hashlib.sha256(key.encode()).hexdigest()[:32] if key else None
         try:
             response = await client.room_send(
-                room_id, "m.room.message", content, tx_id=tx_id, ignore_unverified_devices=True
+                room_id, event_type, content, tx_id=tx_id, ignore_unverified_devices=True
             )
         except (ClientError, TimeoutError, SendRetryError) as exc:
             raise DeliveryError(f"matrix: send to {room_id} failed: {exc}") from exc

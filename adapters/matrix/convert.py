@@ -20,13 +20,14 @@ whole DM is the conversation.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from bot.attachments import FileRef
 from bot.errors import DeliveryError
-from bot.types import Inbound, Platform, Sender, ThreadRef
+from bot.types import Action, Inbound, Platform, Sender, ThreadRef
 
 TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
 FILE_MSGTYPES = frozenset({"m.file", "m.image", "m.audio", "m.video"})
@@ -292,6 +293,77 @@ def normalize_command(text: str) -> str:
     return _BANG_COMMAND.sub(lambda m: "/" + m.group(1).lower(), text, count=1)
 
 
+ACTIONS_FIELD = "org.fanbot.actions"
+"""Content field of a message with buttons: reaction key -> action id. Matrix has no
+buttons: a reaction with that key on the message (or typing the action id) presses it."""
+
+
+def reaction_key(action: Action) -> str:
+    """The reaction that presses ``action``: its label's leading emoji (``✅ Approve`` ->
+    ``✅``), else the whole label."""
+    head = action.label.split(maxsplit=1)[0] if action.label.strip() else action.id
+    return head if not any(c.isalnum() for c in head) else action.label
+
+
+def actions_field(actions: Sequence[Action]) -> dict[str, str]:
+    return {reaction_key(a): a.id for a in actions}
+
+
+def reaction_of(event: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(annotated event id, key)`` of an ``m.reaction``; None for anything else."""
+    if event.get("type") != "m.reaction":
+        return None
+    content = event.get("content")
+    relates = content.get("m.relates_to") if isinstance(content, Mapping) else None
+    if not isinstance(relates, Mapping) or relates.get("rel_type") != "m.annotation":
+        return None
+    target, key = relates.get("event_id"), relates.get("key")
+    if not isinstance(target, str) or not target or not isinstance(key, str) or not key:
+        return None
+    return valid_text(target), valid_text(key)
+
+
+def pressed(
+    event: Mapping[str, Any],
+    target: Mapping[str, Any],
+    *,
+    room: RoomContext,
+    sender_name: str = "",
+) -> Inbound | None:
+    """A reaction on a message with actions, as the press of the action its key names
+    (text = the action id, ``callback`` = the reaction's event id); None otherwise."""
+    found = reaction_of(event)
+    sender, event_id = event.get("sender"), event.get("event_id")
+    content = target.get("content")
+    actions = content.get(ACTIONS_FIELD) if isinstance(content, Mapping) else None
+    if found is None or not isinstance(actions, Mapping) or not isinstance(sender, str):
+        return None
+    action = actions.get(found[1])
+    if not isinstance(action, str) or not isinstance(event_id, str) or not event_id:
+        return None
+    relates = content.get("m.relates_to") if isinstance(content, Mapping) else None
+    relation = relates if isinstance(relates, Mapping) else {}
+    thread = _thread_of(relation, found[0], room, opens_thread=False)
+    return Inbound(
+        thread=thread,
+        sender=Sender(
+            user_id=valid_text(sender),
+            display_name=valid_text(sender_name),
+            is_self=sender == room.bot_user_id,
+        ),
+        text=valid_text(action),
+        message_id=valid_text(event_id),
+        mentioned=True,
+        is_dm=room.is_dm,
+        callback=valid_text(event_id),
+    )
+
+
+def reaction_content(target: str, key: str) -> dict[str, Any]:
+    """Content of an ``m.reaction`` with ``key`` on event ``target``."""
+    return {"m.relates_to": {"rel_type": "m.annotation", "event_id": target, "key": key}}
+
+
 def thread_relation(root: str, latest: str | None) -> dict[str, Any]:
     """``m.relates_to`` for a message in thread ``root`` with the reply fallback.
 
@@ -365,3 +437,9 @@ def delivery_error(
         retry_after = (retry_after_ms or 1000) / 1000
         return DeliveryError(text, retry_after=retry_after)
     return DeliveryError(text, permanent=errcode in PERMANENT_ERRCODES)
+
+
+def event_link(room_id: str, event_id: str) -> str:
+    """A ``matrix.to`` link to one event of a room (a thread root opens its thread)."""
+    safe = "!:@$"
+    return f"https://matrix.to/#/{quote(room_id, safe=safe)}/{quote(event_id, safe=safe)}"

@@ -41,7 +41,7 @@ from bot.attachments import FileRef
 from bot.config import AttachmentSettings, SlackSettings
 from bot.errors import ConfigError, DeliveryError
 from bot.logs import ThrottledLog
-from bot.ports import InboundSink, OutFile, PartLog
+from bot.ports import InboundSink, OpenedThread, OutFile, PartLog
 from bot.types import Inbound, Outbound, Platform, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,7 @@ class SlackChannel:
         )
         app.event(re.compile(r".*"))(self._on_event)
         app.command(re.compile(r"^/.+"))(self._on_command)
+        app.action(re.compile("^" + convert.ACTION_PREFIX))(self._on_action)
         app.error(self._on_bolt_error)
         return app
 
@@ -226,6 +227,16 @@ class SlackChannel:
         else:
             await ack(text=COMMAND_UNAVAILABLE)
 
+    async def _on_action(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any]) -> None:
+        """A button of ours pressed (Socket Mode or the HTTP interactivity endpoint): one
+        bounded try, then the ack; the answer comes as an ephemeral or the edited request."""
+        inbound = None
+        if self.identity is not None:
+            inbound = _converted(convert.action_to_inbound, body, self.identity)
+        if inbound is not None and self._holder is not None:
+            await self._holder.try_once(inbound, timeout=COMMAND_WAIT_SECONDS)
+        await ack()
+
     async def _on_bolt_error(self, error: Exception) -> BoltResponse:
         # Reached only by a payload bolt's middleware cannot digest (the sink's failures are
         # handled in the listeners): one throttled line, no traceback. Socket Mode acks it,
@@ -282,17 +293,32 @@ class SlackChannel:
         Public parts carry metadata naming their outbox key and index; a part in doubt is
         looked for in the thread before it is posted again, so none appears twice.
         """
+        if message.callback and not message.ephemeral_to:
+            return []  # a button press: the edited request is the answer
+        if message.edit_of:  # an approval request's outcome: its buttons go
+            await self._replace(message)
+            return [message.edit_of]
         client = self._require_client()
         texts = self._chunker(markup.to_mrkdwn(message.text), self._settings.max_message_chars)
         book = parts or PartLog(key=message.idempotency_key)
         if book.in_doubt and book.key and not message.ephemeral_to and book.todo(len(texts)):
             await self._find_posted(client, message, book)
         for index in book.todo(len(texts)):
-            await book.record(index, await self._post(client, message, texts[index], index, book))
+            blocks = None
+            if message.actions and index == len(texts) - 1:
+                blocks = convert.action_blocks(texts[index], message.actions)
+            posted = await self._post(client, message, texts[index], index, book, blocks)
+            await book.record(index, posted)
         return book.ids(len(texts))
 
     async def _post(
-        self, client: AsyncWebClient, message: Outbound, text: str, index: int, book: PartLog
+        self,
+        client: AsyncWebClient,
+        message: Outbound,
+        text: str,
+        index: int,
+        book: PartLog,
+        blocks: list[dict[str, Any]] | None = None,
     ) -> str:
         channel, thread_ts = message.thread.chat, message.thread.thread or None
         try:
@@ -304,7 +330,7 @@ class SlackChannel:
                 return str(resp.get("message_ts", ""))
             meta = slack_parts.metadata(book.key, index) if book.key else None
             resp = await client.chat_postMessage(
-                channel=channel, text=text, thread_ts=thread_ts, metadata=meta
+                channel=channel, text=text, thread_ts=thread_ts, metadata=meta, blocks=blocks
             )
             return str(resp["ts"])
         except TRANSIENT_EXCEPTIONS as exc:
@@ -330,6 +356,21 @@ class SlackChannel:
             if index not in book.posted:
                 await book.record(index, ts)
 
+    async def open_thread(self, parent: ThreadRef, title: str) -> OpenedThread:
+        """A new top-level message in ``parent``'s channel, whose thread the child gets;
+        the link is its permalink (``chat.getPermalink``)."""
+        client = self._require_client()
+        try:
+            resp = await client.chat_postMessage(
+                channel=parent.chat, text=markup.to_mrkdwn(f"🧵 {title}")
+            )
+            ts = str(resp["ts"])
+            link = await client.chat_getPermalink(channel=parent.chat, message_ts=ts)
+        except TRANSIENT_EXCEPTIONS as exc:
+            raise delivery_error(exc) from exc
+        thread = dataclasses.replace(parent, thread=ts)
+        return OpenedThread(thread=thread, link=str(link.get("permalink") or f"thread {ts}"))
+
     async def send_file(self, thread: ThreadRef, file: OutFile, *, key: str) -> str:
         """Upload ``file`` into the thread (``files_upload_v2``); returns the file id."""
         client = self._require_client()
@@ -353,6 +394,28 @@ class SlackChannel:
             converted = self._chunker(converted, limit - 2)[0] + "\n…"
         try:
             await client.chat_update(channel=thread.chat, ts=message_id, text=converted)
+        except TRANSIENT_EXCEPTIONS as exc:
+            raise delivery_error(exc) from exc
+
+    async def _replace(self, message: Outbound) -> None:
+        """``chat.update`` of ``message.edit_of`` with new blocks (none of its buttons)."""
+        client = self._require_client()
+        text = markup.to_mrkdwn(message.text)[:3000]
+        try:
+            await client.chat_update(
+                channel=message.thread.chat,
+                ts=message.edit_of or "",
+                text=text,
+                blocks=convert.action_blocks(text, message.actions),
+            )
+        except TRANSIENT_EXCEPTIONS as exc:
+            raise delivery_error(exc) from exc
+
+    async def delete(self, thread: ThreadRef, message_id: str) -> None:
+        """Remove a status message with ``chat.delete`` (a run that ended quietly)."""
+        client = self._require_client()
+        try:
+            await client.chat_delete(channel=thread.chat, ts=message_id)
         except TRANSIENT_EXCEPTIONS as exc:
             raise delivery_error(exc) from exc
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from bot.types import Inbound, Platform, Sender, ThreadRef
+from bot.types import Action, Inbound, Platform, Sender, ThreadRef
 
 # Subtypes that carry something a person (or a bot) said; everything else is dropped:
 # message_changed, message_deleted, channel_join, channel_topic, message_replied, ...
@@ -80,6 +80,34 @@ class _Command(BaseModel):
     trigger_id: _Text = ""
     channel_name: str = ""
     user_name: _Text = ""
+
+
+class _Named(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: _Id
+    username: _Text = ""
+
+
+class _Button(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    action_id: _Text = ""
+    value: _Text = ""
+    action_ts: _Text = ""
+
+
+class _Press(BaseModel):
+    """The fields of a ``block_actions`` payload fanbot reads."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    user: _Named
+    team: _Named | None = None
+    channel: _Named | None = None
+    container: dict[str, Any] = Field(default_factory=dict)
+    message: dict[str, Any] = Field(default_factory=dict)
+    actions: list[_Button] = Field(default_factory=list)
 
 
 def dedupe_id(channel: str, ts: str) -> str:
@@ -159,6 +187,64 @@ def command_to_inbound(
         is_dm=is_dm,
         event_id=f"command:{key}",
     )
+
+
+ACTION_PREFIX = "fanbot_action_"
+"""``action_id`` prefix of the buttons fanbot posts (one per :class:`~bot.types.Action`)."""
+
+
+def action_to_inbound(payload: Mapping[str, Any], me: BotIdentity) -> Inbound | None:
+    """Convert a ``block_actions`` payload (a button of ours pressed): the text is the
+    button's ``value`` (the action id) and ``callback`` marks it as a press; ``None`` for
+    anything else."""
+    if not isinstance(payload, Mapping) or payload.get("type") != "block_actions":
+        return None
+    try:
+        press = _Press.model_validate(payload)
+    except ValidationError:
+        return None
+    mine = [a for a in press.actions if a.action_id.startswith(ACTION_PREFIX) and a.value]
+    if not mine or press.channel is None:
+        return None
+    action, channel = mine[0], press.channel.id
+    is_dm = _is_dm(channel, None)
+    root = press.container.get("thread_ts") or press.message.get("thread_ts")
+    ts = str(press.message.get("ts") or press.container.get("message_ts") or "")
+    return Inbound(
+        thread=ThreadRef(
+            platform=Platform.SLACK,
+            account=press.team.id if press.team else me.team_id,
+            chat=channel,
+            thread=valid_text(str(root)) if root else (None if is_dm else ts or None),
+        ),
+        sender=Sender(user_id=press.user.id, display_name=press.user.username),
+        text=action.value,
+        message_id=ts,
+        mentioned=True,
+        is_dm=is_dm,
+        event_id=f"action:{channel}:{ts}:{press.user.id}:{action.action_ts}",
+        callback=f"{action.action_id}:{action.action_ts}",
+    )
+
+
+def action_blocks(text: str, actions: Sequence[Action]) -> list[dict[str, Any]]:
+    """Block Kit for a message with buttons (pure): its mrkdwn ``text`` in a section, then
+    one ``actions`` block whose buttons carry each action's id as ``value``."""
+    buttons = []
+    for index, action in enumerate(actions):
+        button: dict[str, Any] = {
+            "type": "button",
+            "action_id": f"{ACTION_PREFIX}{index}",
+            "text": {"type": "plain_text", "text": action.label[:75], "emoji": True},
+            "value": action.id,
+        }
+        if action.style in ("primary", "danger"):
+            button["style"] = action.style
+        buttons.append(button)
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+    if not buttons:
+        return [section]
+    return [section, {"type": "actions", "block_id": "fanbot_actions", "elements": buttons}]
 
 
 def strip_mention(text: str, bot_user_id: str) -> tuple[str, bool]:

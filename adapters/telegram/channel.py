@@ -33,7 +33,13 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from aiohttp import web
-from telegram import BotCommand, LinkPreviewOptions
+from telegram import (
+    BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    LinkPreviewOptions,
+    ReplyParameters,
+)
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import (
     BadRequest,
@@ -46,14 +52,26 @@ from telegram.error import (
 from telegram.ext import Application
 
 from adapters.telegram import files as tg_files
-from adapters.telegram.convert import COMMANDS, BotIdentity, destination, file_refs, to_inbound
+from adapters.telegram.convert import (
+    COMMANDS,
+    REPLY_THREAD,
+    BotIdentity,
+    destination,
+    file_refs,
+    inline_keyboard,
+    is_supergroup,
+    message_link,
+    reply_root,
+    to_inbound,
+    topic_link,
+)
 from adapters.telegram.markup import Part, Splitter, render_parts
 from adapters.telegram.polling import Poller
 from bot import jsonsafe
 from bot.config import AttachmentSettings
 from bot.errors import DeliveryError
 from bot.logs import RedactSecrets, ThrottledLog
-from bot.ports import InboundSink, OutFile, PartLog
+from bot.ports import InboundSink, OpenedThread, OutFile, PartLog
 from bot.types import Inbound, Outbound, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -64,7 +82,8 @@ log = logging.getLogger(__name__)
 os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-ALLOWED_UPDATES = ("message", "edited_message")
+CALLBACK_TEXT_MAX = 200  # the Bot API's limit for answerCallbackQuery's text
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 # Loggers that write request URLs (and so the token): httpx per request, PTB's bots once.
 _URL_LOGGERS = (
@@ -251,20 +270,71 @@ class TelegramChannel:
         At least once: the Bot API lets a bot read nothing back, so a part in doubt (posted,
         then the gateway died before recording it) is posted again.
         """
+        if message.callback:
+            await self._answer(message)
+            return []
+        if message.edit_of:  # an edit without a keyboard removes the buttons
+            await self.edit(message.thread, message.edit_of, message.text)
+            return [message.edit_of]
         chat_id, topic = _destination(message.thread)
+        root = reply_root(message.thread)
         rendered = render_parts(message.text, splitter=self._splitter)
         book = parts or PartLog(key=message.idempotency_key)
+        markup = _keyboard(message)
         for index in book.todo(len(rendered)):
-            await book.record(index, await self._post(chat_id, topic, rendered[index]))
+            last = markup if index == len(rendered) - 1 else None
+            posted = await self._post(chat_id, topic, rendered[index], last, reply_to=root)
+            await book.record(index, posted)
         return book.ids(len(rendered))
+
+    async def _answer(self, message: Outbound) -> None:
+        """Answer a button press (``answerCallbackQuery``): an alert for a refusal."""
+        try:
+            await self._bot().answer_callback_query(
+                message.callback, text=message.text.replace("`", "")[:CALLBACK_TEXT_MAX],
+                show_alert=message.ephemeral_to is not None,
+            )  # fmt: skip
+        except TelegramError as err:
+            if isinstance(err, BadRequest) and "query is too old" in err.message.lower():
+                return  # nobody waits for it any more: nothing to retry
+            raise self._delivery_error(err) from err
+
+    async def open_thread(self, parent: ThreadRef, title: str) -> OpenedThread:
+        """A new forum topic (``createForumTopic``) in ``parent``'s chat.
+
+        Raises a permanent :class:`DeliveryError` where the chat is no forum or the bot may
+        not manage topics (a reply thread in such a chat is not supported yet).
+        """
+        chat_id, _ = _destination(parent)
+        try:
+            topic = await self._bot().create_forum_topic(chat_id, title[:128])
+        except BadRequest as err:
+            if "not a forum" not in err.message.lower() or not is_supergroup(chat_id):
+                raise self._delivery_error(err) from err
+            return await self._open_reply_thread(parent, chat_id, title)
+        except TelegramError as err:
+            raise self._delivery_error(err) from err
+        thread_id = int(topic.message_thread_id)
+        thread = dataclasses.replace(parent, thread=str(thread_id))
+        return OpenedThread(thread=thread, link=topic_link(chat_id, thread_id, name=title))
+
+    async def _open_reply_thread(self, parent: ThreadRef, chat_id: int, title: str) -> OpenedThread:
+        """A supergroup without topics: a message of the bot's whose replies are the thread."""
+        part = render_parts(f"🧵 {title}", splitter=self._splitter)[0]
+        root = await self._post(chat_id, None, part, None)
+        thread = dataclasses.replace(parent, thread=f"{REPLY_THREAD}{root}")
+        return OpenedThread(thread=thread, link=message_link(chat_id, int(root), name=title))
 
     async def send_file(self, thread: ThreadRef, file: OutFile, *, key: str) -> str:
         """Post ``file`` with ``sendDocument`` into the topic; returns its message id."""
         chat_id, topic = _destination(thread)
         try:
+            root = reply_root(thread)
+            reply = ReplyParameters(root, allow_sending_without_reply=True) if root else None
             sent = await self._bot().send_document(
-                chat_id, document=file.data, filename=file.name, message_thread_id=topic
-            )
+                chat_id, document=file.data, filename=file.name, message_thread_id=topic,
+                reply_parameters=reply,
+            )  # fmt: skip
         except TelegramError as err:
             raise self._delivery_error(err) from err
         return str(sent.message_id)
@@ -289,6 +359,16 @@ class TelegramChannel:
                 return
             raise self._delivery_error(err) from err
 
+    async def delete(self, thread: ThreadRef, message_id: str) -> None:
+        """Remove a status message (a run that ended quietly); one already gone is fine."""
+        chat_id, _ = _destination(thread)
+        try:
+            await self._bot().delete_message(chat_id, int(message_id))
+        except TelegramError as err:
+            if isinstance(err, BadRequest) and "not found" in err.message.lower():
+                return
+            raise self._delivery_error(err) from err
+
     async def typing(self, thread: ThreadRef) -> None:
         """Best effort: a failed typing indicator is logged, never raised."""
         chat_id, topic = _destination(thread)
@@ -297,13 +377,23 @@ class TelegramChannel:
         except TelegramError as err:
             log.warning("telegram: typing indicator failed: %s", err)
 
-    async def _post(self, chat_id: int, topic: int | None, part: Part) -> str:
+    async def _post(
+        self,
+        chat_id: int,
+        topic: int | None,
+        part: Part,
+        markup: InlineKeyboardMarkup | None,
+        *,
+        reply_to: int | None = None,
+    ) -> str:
         bot = self._bot()
+        # Into a reply thread: answer its root (still posted if the root was deleted).
+        reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if reply_to else None
 
         async def attempt(text: str, mode: str | None) -> Any:
             return await bot.send_message(
                 chat_id, text, parse_mode=mode, message_thread_id=topic,
-                link_preview_options=_NO_PREVIEW,
+                link_preview_options=_NO_PREVIEW, reply_markup=markup, reply_parameters=reply,
             )  # fmt: skip
 
         try:
@@ -334,6 +424,15 @@ async def _plain_fallback(attempt: Callable[[str, str | None], Awaitable[T]], pa
             raise
         log.warning("telegram: HTML rejected (%s); sending as plain text", err.message)
         return await attempt(part.source, None)
+
+
+def _keyboard(message: Outbound) -> InlineKeyboardMarkup | None:
+    data = inline_keyboard(message.actions)
+    if data is None:
+        return None
+    rows = [[InlineKeyboardButton(b["text"], callback_data=b["callback_data"]) for b in row]
+            for row in data["inline_keyboard"]]  # fmt: skip
+    return InlineKeyboardMarkup(rows)
 
 
 def _update_of(body: bytes) -> dict[str, Any] | None:

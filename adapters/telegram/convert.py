@@ -5,7 +5,8 @@ Pure functions over the Bot API's JSON (as received by a webhook or from PTB's
 
 * ``ThreadRef.account`` is the bot's id, ``chat`` the chat id, ``thread`` the forum topic's
   ``message_thread_id`` (only when ``is_topic_message``; ``None`` for the General topic,
-  non-forum groups, where ``message_thread_id`` marks reply chains, and plain DMs).
+  non-forum groups, where ``message_thread_id`` marks reply chains, and plain DMs). A reply
+  chain is ``Inbound.reply_thread`` (``reply:<root>``), a thread only for a child bound to it.
 * ``mentioned``: an ``@BotName`` mention (stripped from the text), a reply to one of the
   bot's messages, a command addressed to the bot (``/cmd@BotName``, or one of our commands
   without ``@``), and every DM. ``/cmd@OtherBot`` is for another bot: dropped.
@@ -13,18 +14,20 @@ Pure functions over the Bot API's JSON (as received by a webhook or from PTB's
   fails validation are dropped (``None``); conversion never raises. Malformed UTF-16 in a
   message's text (a lone surrogate, an entity that splits a pair) drops the message; names
   have lone surrogates replaced. Ids are 64-bit, as in the Bot API.
+* A ``callback_query`` (an inline keyboard button pressed) becomes an addressed Inbound
+  whose text is the button's ``callback_data`` and whose ``callback`` is the query id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from bot.attachments import FileRef
-from bot.types import Inbound, Platform, Sender, ThreadRef
+from bot.types import Action, Inbound, Platform, Sender, ThreadRef
 
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("subagents", "List, inspect and steer this conversation's subagent runs"),
@@ -35,6 +38,9 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 
 COMMAND_NAMES = tuple(name for name, _ in COMMANDS)
 GENERAL_TOPIC = 1
+REPLY_THREAD = "reply:"
+"""``ThreadRef.thread`` of a reply thread (``reply:<root message id>``): a thread-bound
+child's own thread in a supergroup without topics; its messages are replies to the root."""
 _SPACE = " ".encode("utf-16-le")
 
 
@@ -104,10 +110,18 @@ class _Message(_Model):
     photo: list[dict[str, Any]] | None = None
 
 
+class _CallbackQuery(_Model):
+    id: str
+    from_: _User = Field(alias="from")
+    message: _Message | None = None
+    data: str | None = None
+
+
 class _Update(_Model):
     update_id: _Id
     message: _Message | None = None
     edited_message: _Message | None = None
+    callback_query: _CallbackQuery | None = None
 
 
 def to_inbound(
@@ -121,6 +135,8 @@ def to_inbound(
         parsed = _Update.model_validate(update)
     except ValidationError:
         return None
+    if parsed.callback_query is not None:
+        return _pressed(parsed.callback_query, me)
     msg = parsed.message or parsed.edited_message
     if msg is None or msg.chat.type == "channel" or msg.is_automatic_forward:
         return None
@@ -150,7 +166,38 @@ def to_inbound(
         is_edit=parsed.message is None,
         event_id=f"{msg.chat.id}:{msg.message_id}"
         + (f":edit:{msg.edit_date or 0}" if parsed.message is None else ""),
+        reply_thread=_reply_thread(msg),
     )
+
+
+def _pressed(query: _CallbackQuery, me: BotIdentity) -> Inbound | None:
+    """A press of an inline keyboard button: its ``callback_data`` is the action's id, and
+    the answer goes to ``answerCallbackQuery`` (``Inbound.callback``)."""
+    msg = query.message
+    if msg is None or not query.data:
+        return None
+    user = query.from_
+    name = " ".join(p for p in (user.first_name, user.last_name) if p) or user.username or ""
+    return Inbound(
+        thread=thread_of(msg.chat.id, _topic(msg), me=me),
+        sender=Sender(user_id=str(user.id), display_name=name, is_bot=user.is_bot),
+        text=query.data,
+        message_id=str(msg.message_id),
+        mentioned=True,
+        is_dm=msg.chat.type == "private",
+        event_id=f"callback:{query.id}",
+        callback=query.id,
+    )
+
+
+def inline_keyboard(actions: Sequence[Action]) -> dict[str, Any] | None:
+    """The ``reply_markup`` of a message with buttons: one row, ``callback_data`` = the
+    action's id (at most 64 bytes, as the Bot API allows); None without actions."""
+    if not actions:
+        return None
+    row = [{"text": a.label, "callback_data": a.id.encode()[:64].decode(errors="ignore")}
+           for a in actions]  # fmt: skip
+    return {"inline_keyboard": [row]}
 
 
 def file_refs(update: Mapping[str, Any]) -> list[FileRef]:
@@ -206,12 +253,27 @@ def destination(thread: ThreadRef) -> tuple[int, int | None]:
     Raises:
         ValueError: The ref does not hold Telegram ids.
     """
+    if reply_root(thread) is not None:
+        return int(thread.chat), None  # a reply thread: sent as a reply to its root
     topic = int(thread.thread) if thread.thread else None
     return int(thread.chat), None if topic == GENERAL_TOPIC else topic
 
 
 def _topic(msg: _Message) -> int | None:
     return msg.message_thread_id if msg.is_topic_message else None
+
+
+def _reply_thread(msg: _Message) -> str | None:
+    """``reply:<root>`` for a message of a reply thread in a supergroup without topics."""
+    if msg.is_topic_message or msg.message_thread_id is None:
+        return None
+    return f"{REPLY_THREAD}{msg.message_thread_id}"
+
+
+def reply_root(thread: ThreadRef) -> int | None:
+    """The root message a reply thread's messages answer (None: not a reply thread)."""
+    raw = thread.thread or ""
+    return int(raw[len(REPLY_THREAD) :]) if raw.startswith(REPLY_THREAD) else None
 
 
 def _sender(msg: _Message, me: BotIdentity) -> Sender | None:
@@ -267,3 +329,29 @@ def _is_me(ent: _Entity, piece: str, me: BotIdentity) -> bool:
     if ent.type == "mention":
         return bool(me.username) and piece[1:].lower() == me.username.lower()
     return ent.type == "text_mention" and ent.user is not None and ent.user.id == me.id
+
+
+def is_supergroup(chat_id: int) -> bool:
+    """Supergroup (and channel) ids start with ``-100``; only they have reply threads."""
+    return str(chat_id).startswith("-100")
+
+
+def topic_link(chat_id: int, topic: int, *, name: str) -> str:
+    """A ``t.me`` link to a forum topic of a supergroup (``-100…`` ids), else "topic <name>".
+
+    ``https://t.me/c/<id>/<topic>`` opens for members only; the General topic and chats
+    that are no supergroup have no such link.
+    """
+    raw = str(chat_id)
+    if raw.startswith("-100") and topic != GENERAL_TOPIC:
+        return f"https://t.me/c/{raw[4:]}/{topic}"
+    return f"topic “{name}”"
+
+
+def message_link(chat_id: int, message_id: int, *, name: str) -> str:
+    """A ``t.me`` link to one message of a supergroup (a reply thread's root), else
+    "the message “<name>”"."""
+    raw = str(chat_id)
+    if raw.startswith("-100"):
+        return f"https://t.me/c/{raw[4:]}/{message_id}"
+    return f"the message “{name}”"

@@ -17,6 +17,7 @@ from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_slack import FakeSlack
 from bot.testing.fake_telegram import FakeTelegram
+from bot.testing.otlp import FakeCollector
 from bot.testing.scripted import (
     Call,
     ChatRequest,
@@ -35,6 +36,7 @@ __all__ = [
     "Call",
     "ChatRequest",
     "Fail",
+    "FakeCollector",
     "FakeOpenAI",
     "FakeSlack",
     "FakeTelegram",

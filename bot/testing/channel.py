@@ -20,6 +20,12 @@ class Edit:
     text: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class Deleted:
+    thread: ThreadRef
+    message_id: str
+
+
 class MemoryChannel:
     """A ChannelAdapter that records everything and can be told to fail.
 
@@ -31,6 +37,7 @@ class MemoryChannel:
         self.platform = platform
         self.sent: list[Outbound] = []
         self.edits: list[Edit] = []
+        self.deleted: list[Deleted] = []
         self.typing_in: list[ThreadRef] = []
         self.failures: list[DeliveryError] = []
         self.attempts = 0
@@ -85,6 +92,9 @@ class MemoryChannel:
 
     async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
         self.edits.append(Edit(thread=thread, message_id=message_id, text=text))
+
+    async def delete(self, thread: ThreadRef, message_id: str) -> None:
+        self.deleted.append(Deleted(thread=thread, message_id=message_id))
 
     async def typing(self, thread: ThreadRef) -> None:
         self.typing_in.append(thread)

@@ -3,7 +3,7 @@
 One aiohttp server on a free loopback port speaks three things:
 
 - the **Web API** under :attr:`FakeSlack.api_url` (``auth.test``, ``chat.postMessage``,
-  ``chat.update``, ``chat.postEphemeral``, ``assistant.threads.setStatus``,
+  ``chat.update``, ``chat.delete``, ``chat.postEphemeral``, ``assistant.threads.setStatus``,
   ``apps.connections.open``, ``conversations.info|replies|history``, ``users.info``;
   message metadata kept and returned as Slack does), form, query or JSON
   arguments, bearer tokens checked, every call recorded, Slack's 40,000-character text
@@ -15,6 +15,10 @@ One aiohttp server on a free loopback port speaks three things:
   envelope that was not acked, as Slack does: on the next connection when its socket died,
   else once ``ack_timeout`` passed, with ``retry_attempt + 1`` and ``retry_reason``, at most
   ``len(retry_delays)`` times (Slack: at once, after 1 minute, after 5 minutes);
+- **interactivity**: messages keep their Block Kit ``blocks`` (buttons checked as Slack
+  checks them, ``chat.update`` replaces them); :meth:`FakeSlack.press` builds the
+  ``block_actions`` payload of a button press, sent over Socket Mode
+  (:meth:`FakeSlack.push_interactive`) or signed over HTTP as the ``payload`` form field;
 - **signed HTTP events**: :meth:`FakeSlack.deliver_http` POSTs a body to the app with a
   valid, forged or stale ``v0`` signature; :meth:`FakeSlack.deliver_http_retrying` also
   retries a delivery that got no 2xx within ``ack_timeout``, as the Events API does.
@@ -266,6 +270,25 @@ class FakeSlack:
     def command_body(self, *, text: str, **kwargs: Any) -> dict[str, str]:
         """A slash command's form fields (see :func:`bot.testing.slack_wire.slash_command`)."""
         return wire.slash_command(text=text, team_id=self.team_id, app_id=self.app_id, **kwargs)
+
+    def press(self, posted: Posted, value: str, *, user: str = wire.DEFAULT_USER) -> dict[str, Any]:
+        """The ``block_actions`` payload of ``user`` pressing the button whose ``value`` is
+        ``value`` under ``posted`` (raises if it has none); send it with
+        :meth:`push_interactive` or :meth:`deliver_http` (form field ``payload``)."""
+        found = [b for b in posted.buttons() if b.get("value") == value]
+        if not found:
+            raise AssertionError(f"message {posted.ts} has no button with value {value!r}")
+        message = posted.as_message(
+            bot_user_id=self.bot_user_id, bot_id=self.bot_id, metadata=False
+        )
+        return wire.block_actions(
+            message=message, channel=posted.channel, action=found[0], team_id=self.team_id,
+            app_id=self.app_id, user=user,
+        )  # fmt: skip
+
+    async def push_interactive(self, payload: dict[str, Any], *, timeout: float = 10.0) -> Envelope:
+        """Send an interactive payload (``block_actions``) as an ``interactive`` envelope."""
+        return await self.push(wire.envelope("interactive", payload), timeout=timeout)
 
     def _echo(self, posted: Posted) -> None:
         if self._live() is None:

@@ -14,8 +14,12 @@ Modelled: ``getMe``, ``getUpdates`` long polling (an ``offset`` confirms and dro
 updates; a newer poll ends an older one with 409), webhook delivery with the secret-token
 header once ``setWebhook`` was called, ``sendMessage``/``editMessageText`` with Telegram's
 checks (unknown chat or topic, ``message_thread_id`` 1, HTML parse errors, 4096 UTF-16
-units), ``sendChatAction``, ``setMyCommands``/``getMyCommands``, ``deleteWebhook``,
-``getWebhookInfo``. :meth:`FakeTelegram.inject` makes the next calls fail (429 with
+units), ``deleteMessage`` (the message stays in :attr:`FakeTelegram.messages`, marked
+``deleted``), ``sendChatAction``, ``setMyCommands``/``getMyCommands``, ``deleteWebhook``,
+``getWebhookInfo``, inline keyboards (``reply_markup`` checked and kept on the message; an
+edit without one removes it), button presses (:meth:`FakeTelegram.callback_query` builds
+the ``callback_query`` update) and ``answerCallbackQuery`` (each query answered once,
+recorded in :attr:`FakeTelegram.callback_answers`). :meth:`FakeTelegram.inject` makes the next calls fail (429 with
 ``retry_after``, 5xx, any 400), optionally only those whose parameters match;
 :meth:`FakeTelegram.pause` / :meth:`FakeTelegram.resume` take the server off the network
 (connection refused) and back on the same port with its state kept. Every call is recorded
@@ -44,6 +48,7 @@ from bot.testing.telegram_objects import detect_entities, forum, group, private,
 
 __all__ = [
     "ApiCall",
+    "CallbackAnswer",
     "FakeTelegram",
     "SentMessage",
     "forum",
@@ -59,6 +64,7 @@ _INT_FIELDS = frozenset(
 _JSON_FIELDS = frozenset(
     {"entities", "commands", "allowed_updates", "reply_markup", "reply_parameters"}
     | {"link_preview_options", "scope", "drop_pending_updates", "disable_notification"}
+    | {"show_alert"}
 )
 _ACTIONS = frozenset({"typing", "upload_photo", "record_video", "upload_document"})
 
@@ -93,6 +99,28 @@ class SentMessage:
     raw_text: str
     parse_mode: str | None
     edits: list[str] = field(default_factory=list)
+    deleted: bool = False
+    """Set by ``deleteMessage``; the message can no longer be edited or deleted."""
+    reply_to: int | None = None
+    """The message it replies to (``reply_parameters.message_id``); in a supergroup it then
+    belongs to that message's reply thread."""
+    reply_markup: dict[str, Any] | None = None
+    """Its inline keyboard (``{"inline_keyboard": [[button, ...], ...]}``), if any; an
+    ``editMessageText`` without one removes it, as Telegram does."""
+
+    def buttons(self) -> list[dict[str, Any]]:
+        """Its inline keyboard's buttons, row by row."""
+        rows = (self.reply_markup or {}).get("inline_keyboard") or []
+        return [button for row in rows for button in row]
+
+
+@dataclass(kw_only=True)
+class CallbackAnswer:
+    """An ``answerCallbackQuery`` call: what the person who pressed saw."""
+
+    callback_query_id: str
+    text: str
+    show_alert: bool
 
 
 @dataclass(kw_only=True)
@@ -125,6 +153,10 @@ class FakeTelegram:
         }  # fmt: skip
         self.calls: list[ApiCall] = []
         self.messages: list[SentMessage] = []
+        self.callback_answers: list[CallbackAnswer] = []
+        self.topics_created: list[tuple[int, int, str]] = []
+        """``(chat id, message_thread_id, name)`` of each ``createForumTopic``."""
+        self._callbacks: dict[str, bool] = {}  # query id -> answered
         self.files = TelegramFiles(token=token)
         """Files to post (:meth:`TelegramFiles.document`), downloads, sent documents."""
         self.commands: list[dict[str, Any]] = []
@@ -243,6 +275,23 @@ class FakeTelegram:
             msg["edit_date"] = int(time.time())
         msg.update(extra)
         return {"edited_message" if edited else "message": msg}
+
+    def callback_query(
+        self, sent: SentMessage, data: str, *, sender: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Build the update of a press of the button with ``callback_data`` ``data`` under
+        ``sent`` (a message with an inline keyboard; raises if it has no such button)."""
+        if not any(b.get("callback_data") == data for b in sent.buttons()):
+            raise AssertionError(f"message {sent.message_id} has no button {data!r}")
+        query_id = str(next(self._ids) * 1000 + 7)
+        self._callbacks[query_id] = False
+        return {
+            "callback_query": {
+                "id": query_id, "from": sender or user(1001, "Ann", username="ann"),
+                "message": self._message_json(sent), "chat_instance": f"ci{sent.chat_id}",
+                "data": data,
+            }
+        }  # fmt: skip
 
     def as_message(self, sent: SentMessage) -> dict[str, Any]:
         """The Telegram ``Message`` object of a message the bot sent (for ``reply_to``)."""
@@ -386,10 +435,42 @@ class FakeTelegram:
             raise _ApiError(400, "Bad Request: message is too long")
         sent = SentMessage(
             message_id=next(self._ids), chat_id=chat_id, message_thread_id=thread_id,
-            text=text, raw_text=raw, parse_mode=mode,
+            text=text, raw_text=raw, parse_mode=mode, reply_to=self._reply_to(params),
+            reply_markup=_inline_keyboard(params.get("reply_markup")),
         )  # fmt: skip
         self.messages.append(sent)
         return self._message_json(sent)
+
+    async def _api_createForumTopic(self, params: dict[str, Any]) -> Any:
+        chat_id, name = params.get("chat_id"), str(params.get("name", ""))
+        chat = self._chats.get(chat_id) if isinstance(chat_id, int) else None
+        if chat is None or not isinstance(chat_id, int):
+            raise _ApiError(400, "Bad Request: chat not found")
+        if not chat.get("is_forum"):
+            raise _ApiError(400, "Bad Request: the chat is not a forum")
+        if not 1 <= len(name) <= 128:
+            raise _ApiError(400, "Bad Request: TOPIC_TITLE_EMPTY")
+        thread_id = next(self._ids)  # a topic's id is the id of its service message
+        if thread_id == 1:  # never the General topic's id
+            thread_id = next(self._ids)
+        self._topics.setdefault(chat_id, set()).add(thread_id)
+        self.topics_created.append((chat_id, thread_id, name))
+        return {"message_thread_id": thread_id, "name": name, "icon_color": 7322096}
+
+    async def _api_answerCallbackQuery(self, params: dict[str, Any]) -> Any:
+        query_id = str(params.get("callback_query_id", ""))
+        if self._callbacks.get(query_id, True):  # unknown, or answered already
+            raise _ApiError(400, "Bad Request: query is too old and response timeout expired "
+                            "or query ID is invalid")  # fmt: skip
+        text = str(params.get("text", ""))
+        if len(text) > 200:
+            raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
+        self._callbacks[query_id] = True
+        answer = CallbackAnswer(
+            callback_query_id=query_id, text=text, show_alert=bool(params.get("show_alert"))
+        )
+        self.callback_answers.append(answer)
+        return True
 
     async def _api_getFile(self, params: dict[str, Any]) -> Any:
         return self.files.get_file(params)
@@ -412,11 +493,7 @@ class FakeTelegram:
         return msg
 
     async def _api_editMessageText(self, params: dict[str, Any]) -> Any:
-        chat_id, message_id = params.get("chat_id"), params.get("message_id")
-        sent = next(
-            (m for m in self.messages if (m.chat_id, m.message_id) == (chat_id, message_id)),
-            None,
-        )
+        sent = self._find(params)
         if sent is None:
             raise _ApiError(400, "Bad Request: message to edit not found")
         raw, mode = str(params.get("text", "")), params.get("parse_mode")
@@ -425,13 +502,30 @@ class FakeTelegram:
             raise _ApiError(400, "Bad Request: message text is empty")
         if utf16_len(text) > MAX_TEXT:
             raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
-        if text == sent.text:
+        markup = _inline_keyboard(params.get("reply_markup"))
+        if text == sent.text and markup == sent.reply_markup:
             raise _ApiError(400, "Bad Request: message is not modified: specified new message "
                             "content and reply markup are exactly the same as a current content "
                             "and reply markup of the message")  # fmt: skip
+        sent.reply_markup = markup
         sent.edits.append(text)
         sent.text, sent.raw_text, sent.parse_mode = text, raw, mode
         return self._message_json(sent)
+
+    async def _api_deleteMessage(self, params: dict[str, Any]) -> Any:
+        sent = self._find(params)
+        if sent is None:
+            raise _ApiError(400, "Bad Request: message to delete not found")
+        sent.deleted = True
+        return True
+
+    def _find(self, params: dict[str, Any]) -> SentMessage | None:
+        """The live message ``params`` name by ``chat_id`` and ``message_id``."""
+        key = (params.get("chat_id"), params.get("message_id"))
+        return next(
+            (m for m in self.messages if (m.chat_id, m.message_id) == key and not m.deleted),
+            None,
+        )
 
     async def _api_sendChatAction(self, params: dict[str, Any]) -> Any:
         self._destination(params)
@@ -478,6 +572,16 @@ class FakeTelegram:
             raise _ApiError(400, "Bad Request: message thread not found")
         return chat_id, thread_id
 
+    def _reply_to(self, params: dict[str, Any]) -> int | None:
+        reply = params.get("reply_parameters")
+        if not isinstance(reply, dict):
+            return None
+        target = reply.get("message_id")
+        known = any(m.message_id == target for m in self.messages)
+        if not known and not reply.get("allow_sending_without_reply"):
+            raise _ApiError(400, "Bad Request: message to be replied not found")
+        return target if isinstance(target, int) else None
+
     def _register(self, msg: dict[str, Any]) -> None:
         chat = msg["chat"]
         self._chats[int(chat["id"])] = chat
@@ -494,6 +598,16 @@ class FakeTelegram:
         if sent.message_thread_id is not None:
             msg["message_thread_id"] = sent.message_thread_id
             msg["is_topic_message"] = bool(chat.get("is_forum"))
+        elif sent.reply_to is not None and chat.get("type") == "supergroup":
+            msg["message_thread_id"] = sent.reply_to  # a reply thread (no topics here)
+        if sent.reply_to is not None:
+            msg["reply_to_message"] = {
+                "message_id": sent.reply_to,
+                "date": msg["date"],
+                "chat": chat,
+            }
+        if sent.reply_markup is not None:
+            msg["reply_markup"] = sent.reply_markup
         return msg
 
     def _kick_delivery(self) -> None:
@@ -520,6 +634,22 @@ class FakeTelegram:
                     self._pending.pop(0)
             else:
                 await asyncio.sleep(0.05)
+
+
+def _inline_keyboard(raw: Any) -> dict[str, Any] | None:
+    """A ``reply_markup`` checked as the Bot API checks an inline keyboard (None: none)."""
+    if raw is None:
+        return None
+    rows = raw.get("inline_keyboard") if isinstance(raw, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        raise _ApiError(400, "Bad Request: can't parse inline keyboard button")
+    for button in (b for row in rows for b in row):
+        if not isinstance(button, dict) or not str(button.get("text") or "").strip():
+            raise _ApiError(400, "Bad Request: text buttons are unallowed in the inline keyboard")
+        data = button.get("callback_data")
+        if data is not None and not 1 <= len(str(data).encode()) <= 64:
+            raise _ApiError(400, "Bad Request: BUTTON_DATA_INVALID")
+    return {"inline_keyboard": rows}
 
 
 def _parse(raw: str, mode: Any) -> str:

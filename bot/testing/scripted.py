@@ -83,7 +83,8 @@ def last_role(role: str) -> Predicate:
 
 
 def is_subagent(req: ChatRequest) -> bool:
-    """fanbot convention: subagent requests never offer ``sessions_spawn``."""
+    """fanbot convention: subagent requests never offer ``sessions_spawn`` (except runs of
+    an orchestrator type, when ``FANBOT_SUBAGENTS__MAX_SPAWN_DEPTH`` allows nesting)."""
     return not req.has_tool("sessions_spawn")
 
 

@@ -43,7 +43,8 @@ class ApiCall:
 
 @dataclass(kw_only=True)
 class Posted:
-    """A message the app posted (``edits`` lists earlier texts replaced by chat.update)."""
+    """A message the app posted (``edits`` lists earlier texts replaced by chat.update;
+    ``deleted`` is set by chat.delete, after which the message is listed nowhere)."""
 
     channel: str
     ts: str
@@ -52,11 +53,26 @@ class Posted:
     ephemeral_to: str | None = None
     edits: list[str] = field(default_factory=list)
     metadata: dict[str, Any] | None = None
+    deleted: bool = False
+    blocks: list[dict[str, Any]] | None = None
+    """Its Block Kit blocks as given (``chat.update`` with ``blocks`` replaces them)."""
+
+    def buttons(self) -> list[dict[str, Any]]:
+        """The button elements of its ``actions`` blocks (each with its ``block_id``)."""
+        return [
+            {**element, "block_id": block.get("block_id", "")}
+            for block in self.blocks or []
+            if block.get("type") == "actions"
+            for element in block.get("elements", [])
+            if element.get("type") == "button"
+        ]
 
     def as_message(self, *, bot_user_id: str, bot_id: str, metadata: bool) -> dict[str, Any]:
         """The message object as the Web API returns it (``metadata`` only if asked for)."""
         message: dict[str, Any] = {"type": "message", "user": bot_user_id, "bot_id": bot_id}
         message |= {"text": self.text, "ts": self.ts}
+        if self.blocks is not None:
+            message["blocks"] = self.blocks
         if self.thread_ts:
             message["thread_ts"] = self.thread_ts
         if metadata and self.metadata is not None:
@@ -234,8 +250,9 @@ class WebApi:
             return {"ok": False, "error": error}
         try:
             metadata = _metadata(args.get("metadata"))
-        except ValueError:
-            return {"ok": False, "error": "invalid_metadata_format"}
+            blocks = _blocks(args.get("blocks"))
+        except ValueError as exc:
+            return {"ok": False, "error": str(exc)}
         thread_ts = args.get("thread_ts") or None
         posted = Posted(
             channel=str(args["channel"]),
@@ -243,6 +260,7 @@ class WebApi:
             text=str(args.get("text", "")),
             thread_ts=str(thread_ts) if thread_ts else None,
             metadata=metadata,
+            blocks=blocks,
         )
         self.messages.append(posted)
         if self.on_post is not None:
@@ -261,14 +279,22 @@ class WebApi:
             return {"ok": False, "error": "channel_not_found"}
         if not ts:
             return {"ok": False, "error": "invalid_arguments"}
-        found = [m for m in self.messages if m.channel == channel and ts in (m.ts, m.thread_ts)]
+        found = [
+            m
+            for m in self.messages
+            if m.channel == channel and ts in (m.ts, m.thread_ts) and not m.deleted
+        ]
         return self._page(sorted(found, key=lambda m: float(m.ts)), args)
 
     def _history(self, args: dict[str, Any]) -> dict[str, Any]:
         channel = str(args.get("channel") or "")
         if not channel or channel in self.missing_channels:
             return {"ok": False, "error": "channel_not_found"}
-        found = [m for m in self.messages if m.channel == channel and m.thread_ts in (None, m.ts)]
+        found = [
+            m
+            for m in self.messages
+            if m.channel == channel and m.thread_ts in (None, m.ts) and not m.deleted
+        ]
         return self._page(sorted(found, key=lambda m: float(m.ts), reverse=True), args)
 
     def _page(self, messages: list[Posted], args: dict[str, Any]) -> dict[str, Any]:
@@ -315,12 +341,38 @@ class WebApi:
     def _update(self, args: dict[str, Any]) -> dict[str, Any]:
         if error := self._check_text(args):
             return {"ok": False, "error": error}
-        for posted in self.messages:
+        try:
+            blocks = _blocks(args.get("blocks"))
+        except ValueError as exc:
+            return {"ok": False, "error": str(exc)}
+        for posted in self._live():
             if posted.channel == args["channel"] and posted.ts == str(args.get("ts")):
                 posted.edits.append(posted.text)
                 posted.text = str(args.get("text", ""))
+                if "blocks" in args:
+                    posted.blocks = blocks
                 return {"ok": True, "channel": posted.channel, "ts": posted.ts, "text": posted.text}
         return {"ok": False, "error": "message_not_found"}
+
+    def _delete(self, args: dict[str, Any]) -> dict[str, Any]:
+        for posted in self._live():
+            if posted.channel == args.get("channel") and posted.ts == str(args.get("ts")):
+                posted.deleted = True
+                return {"ok": True, "channel": posted.channel, "ts": posted.ts}
+        return {"ok": False, "error": "message_not_found"}
+
+    def _permalink(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(args.get("channel") or ""), str(args.get("message_ts") or "")
+        for posted in self._live():
+            if posted.channel == channel and posted.ts == ts:
+                link = f"https://fake.slack.invalid/archives/{channel}/p{ts.replace('.', '')}"
+                if posted.thread_ts and posted.thread_ts != ts:
+                    link += f"?thread_ts={posted.thread_ts}&cid={channel}"
+                return {"ok": True, "channel": channel, "permalink": link}
+        return {"ok": False, "error": "message_not_found"}
+
+    def _live(self) -> list[Posted]:
+        return [m for m in self.messages if not m.deleted]
 
     def _set_status(self, args: dict[str, Any]) -> dict[str, Any]:
         if not args.get("channel_id") or not args.get("thread_ts"):
@@ -356,6 +408,42 @@ def _flag(value: Any) -> bool:
     return value is True or str(value).lower() in ("1", "true")
 
 
+_BUTTON_STYLES = frozenset({"primary", "danger"})
+
+
+def _blocks(value: Any) -> list[dict[str, Any]] | None:
+    """``blocks`` as given (a JSON string in a form), checked the way Slack checks the
+    blocks this fake knows: ``section``/``context`` text and ``actions`` buttons
+    (``invalid_blocks`` otherwise)."""
+    if value is None:
+        return None
+    try:
+        blocks = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        raise ValueError("invalid_blocks_format") from None
+    if not isinstance(blocks, list) or len(blocks) > 50:
+        raise ValueError("invalid_blocks")
+    for block in blocks:
+        if not isinstance(block, dict) or block.get("type") not in (
+            "section",
+            "actions",
+            "context",
+        ):
+            raise ValueError("invalid_blocks")
+        for button in block.get("elements", []) if block["type"] == "actions" else []:
+            label = (button.get("text") or {}) if isinstance(button, dict) else {}
+            ok = (
+                button.get("type") == "button" and label.get("type") == "plain_text"
+                and 0 < len(str(label.get("text", ""))) <= 75
+                and 0 < len(str(button.get("action_id", ""))) <= 255
+                and len(str(button.get("value", ""))) <= 2000
+                and button.get("style", "primary") in _BUTTON_STYLES
+            )  # fmt: skip
+            if not ok:
+                raise ValueError("invalid_blocks")
+    return blocks
+
+
 def _metadata(value: Any) -> dict[str, Any] | None:
     """``metadata`` as posted (``None`` when absent); ``ValueError`` when malformed."""
     if value in (None, ""):
@@ -378,6 +466,8 @@ _METHODS = {
     "chat.postMessage": WebApi._post_message,
     "chat.postEphemeral": WebApi._post_ephemeral,
     "chat.update": WebApi._update,
+    "chat.delete": WebApi._delete,
+    "chat.getPermalink": WebApi._permalink,
     "assistant.threads.setStatus": WebApi._set_status,
     "apps.connections.open": WebApi._connections_open,
     "conversations.info": WebApi._conversations_info,

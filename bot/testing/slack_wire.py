@@ -138,6 +138,46 @@ def slash_command(
     }
 
 
+def block_actions(
+    *,
+    message: dict[str, Any],
+    channel: str,
+    action: dict[str, Any],
+    team_id: str,
+    app_id: str,
+    user: str = DEFAULT_USER,
+) -> dict[str, Any]:
+    """The ``block_actions`` payload of a button pressed under ``message`` (a message object
+    as the Web API returns it, with its ``blocks``): ``action`` is the button element."""
+    now = time.time()
+    trigger = f"{int(now)}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:16]}"
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": "human", "name": "human", "team_id": team_id},
+        "api_app_id": app_id,
+        "token": "legacy-verification-token",
+        "container": {
+            "type": "message", "message_ts": message["ts"], "channel_id": channel,
+            "is_ephemeral": False, **({"thread_ts": message["thread_ts"]}
+                                      if message.get("thread_ts") else {}),
+        },
+        "trigger_id": trigger,
+        "team": {"id": team_id, "domain": "fake"},
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "channel": {"id": channel, "name": "general"},
+        "message": message,
+        "state": {"values": {}},
+        "response_url": "https://hooks.invalid/actions/fake",
+        "actions": [{
+            "action_id": action["action_id"], "block_id": action.get("block_id", ""),
+            "text": action["text"], "value": action.get("value", ""),
+            **({"style": action["style"]} if action.get("style") else {}),
+            "type": "button", "action_ts": f"{now:.6f}",
+        }],
+    }  # fmt: skip
+
+
 def envelope(
     kind: str,
     payload: dict[str, Any],

@@ -59,20 +59,28 @@ class WorkerPool:
         count: RQ worker processes per launcher.
         log_path: Where their output goes.
         cwd: Working directory (import root for plug-in tools).
+        args: More ``fanbot worker`` options (e.g. ``["--metrics-port", "9100"]``).
     """
 
     def __init__(
-        self, *, env: Mapping[str, str], count: int = 2, log_path: Path, cwd: Path | None = None
+        self,
+        *,
+        env: Mapping[str, str],
+        count: int = 2,
+        log_path: Path,
+        cwd: Path | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         self.env = dict(env)
         self.count = count
+        self.args = list(args)
         self.log_path = log_path
         self.cwd = cwd
         self.launcher: subprocess.Popen[bytes] | None = None
 
     def start(self, *, maintenance: bool = True) -> WorkerPool:
         cmd = [sys.executable, "-m", "workers", "--count", str(self.count)]
-        cmd += ["--parent-pid", str(os.getpid())]
+        cmd += ["--parent-pid", str(os.getpid()), *self.args]
         if not maintenance:
             cmd.append("--no-maintenance")
         with self.log_path.open("ab") as log:
@@ -215,6 +223,8 @@ class Stack:
     Args:
         values: Settings as a nested mapping (``redis_url`` required); the gateway gets
             ``Settings(**values)``, the workers the same values through their environment.
+            Without ``gateway.http_port`` the gateway's HTTP server (``/metrics``,
+            ``/healthz``, ``/readyz``, webhooks) takes a free port: ``stack.gateway.http_port``.
         adapters: Channels for the gateway.
         workers: RQ worker processes to fork (0 to start none).
         router: Command router for the gateway.
@@ -231,6 +241,9 @@ class Stack:
         log_dir: Path | None = None,
     ) -> None:
         self.values = dict(values)
+        gateway = dict(self.values.get("gateway") or {})
+        gateway.setdefault("http_port", 0)  # a free port (see Gateway.http_port): never 8080
+        self.values["gateway"] = gateway
         self.settings = Settings(**self.values)
         self.adapters = list(adapters)
         self.router = router

@@ -1,0 +1,108 @@
+"""``/subagents spawn [type] <task>``: a person starts a subagent run themselves.
+
+Parsing is pure (:func:`parse_spawn`): leading ``--flags`` (``--thread``: the child works in
+a thread of its own, see :mod:`bot.runs.threads`; any other is an error), then a type word when
+it names a configured or built-in type, else the whole text is the task. The run goes
+through :func:`~bot.runs.spawn.spawn_run` like a model-made spawn (same policy, budget and
+announce), with the person as requester; it reports in the thread (no fan-in waits for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from bot.commands.router import CommandRequest
+from bot.errors import FanbotError
+from bot.runs.access import Actor
+from bot.runs.catalog import subagent_types
+from bot.runs.spawn import SpawnRequest, spawn_run
+
+MAX_TASK_CHARS = 20_000
+SPAWN_USAGE = (
+    "`/subagents spawn [--thread] [type] <task>`, e.g. `/subagents spawn explore map the repo`"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpawnAsk:
+    """What ``/subagents spawn`` asked for: a type (None: the default), a task, and
+    whether the child gets a thread of its own."""
+
+    subagent_type: str | None
+    task: str
+    own_thread: bool = False
+
+
+def words_after(rest: str, n: int) -> str:
+    """``rest`` without its first ``n`` words, as written (pure)."""
+    parts = rest.split(None, n)
+    return parts[n].strip() if len(parts) > n else ""
+
+
+def parse_type_and_task(text: str, types: Collection[str]) -> SpawnAsk | str:
+    """``[type] <task>`` -> a request, or an error (pure). ``text`` may not start with a
+    flag: the callers take those first."""
+    first = text.split(None, 1)[0].lower() if text.strip() else ""
+    kind = next((t for t in types if t.lower() == first), None)
+    task = words_after(text, 1) if kind else text.strip()
+    if not task:
+        return f"the task is missing. Usage: {SPAWN_USAGE}"
+    if len(task) > MAX_TASK_CHARS:
+        return f"the task is {len(task):,} characters; at most {MAX_TASK_CHARS:,}"
+    return SpawnAsk(subagent_type=kind, task=task)
+
+
+def leading_flags(text: str) -> tuple[list[str], str]:
+    """The ``--flags`` at the start of ``text`` and what follows them (pure)."""
+    flags: list[str] = []
+    while text.startswith("--"):
+        flag = text.split(None, 1)[0]
+        flags.append(flag)
+        text = words_after(text, 1)
+    return flags, text
+
+
+def parse_spawn(rest: str, types: Collection[str]) -> SpawnAsk | str:
+    """The text after ``/subagents spawn`` -> a request, or the answer saying why not."""
+    flags, text = leading_flags(rest.strip())
+    unknown = [f for f in flags if f.lower() != "--thread"]
+    if unknown:
+        shown = unknown[0][:24].replace("`", "'")
+        return f"I don't know the option `{shown}`. Usage: {SPAWN_USAGE}"
+    parsed = parse_type_and_task(text, types)
+    if not isinstance(parsed, SpawnAsk):
+        return f"Can't spawn: {parsed}"
+    return SpawnAsk(subagent_type=parsed.subagent_type, task=parsed.task, own_thread=bool(flags))
+
+
+def started_text(seq: int, type_name: str, task: str, warnings: Collection[str] = ()) -> str:
+    """``🚀 Started subagent #3 (explore): <task>`` (pure)."""
+    shown = task if len(task) <= 120 else task[:119] + "…"
+    lines = [f"🚀 Started subagent #{seq} ({type_name}): {shown}"]
+    lines += [f"⚠️ {w}" for w in warnings]
+    return "\n".join(lines)
+
+
+def handle_spawn(req: CommandRequest) -> str:
+    deps = req.deps
+    rest = words_after(req.command.rest, 1)
+    parsed = parse_spawn(rest, subagent_types(deps.settings))
+    if isinstance(parsed, str):
+        return parsed
+    actor = Actor(platform=req.inbound.thread.platform, user_id=req.inbound.sender.user_id)
+    request = SpawnRequest(
+        task=parsed.task,
+        session_key=req.session_key,
+        thread=req.inbound.thread,
+        requester=actor.qualified,
+        agent_id=deps.settings.agent_id,
+        subagent_type=parsed.subagent_type,
+        own_thread=parsed.own_thread,
+    )
+    try:
+        record = spawn_run(deps, request, known_models=lambda: None)
+    except FanbotError as exc:
+        return f"I couldn't start that subagent: {exc}"
+    text = started_text(record.seq, record.subagent_type, record.task, record.warnings)
+    return text + ("\n🧵 Opening a thread of its own…" if parsed.own_thread else "")

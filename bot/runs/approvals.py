@@ -1,0 +1,308 @@
+"""Approvals (human in the loop): a run that reaches a tool call needing a person parks,
+asks in its thread, and goes on as a new job once someone decides (or time runs out).
+
+The flow, each step a function here:
+
+1. :func:`needs_approval` (pure) tells the tool loop's gate which calls wait.
+2. :func:`park_for` records the approval (the call and the rest of its step) and raises
+   :class:`~bot.errors.RunParked`; the lifecycle parks the run, frees its slot and then
+   :func:`post_request` puts the request with its buttons in the outbox.
+3. :func:`decide` (a person, from any adapter: a button press or ``!approve <id>``) or
+   :func:`expire_due` (the maintenance sweep) settles it once, edits the request to the
+   outcome and enqueues the resume job; :func:`denied_result` is the tool result a denied
+   call gets.
+
+Parsing, authorization and all texts are pure (:func:`parse_decision`, :func:`may_decide`,
+:func:`request_text`, :func:`outcome_text`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import re
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NoReturn
+
+from bot.config import Settings, SubagentType
+from bot.deps import Deps
+from bot.errors import RunParked
+from bot.runs.access import Actor, may_control
+from bot.store.approvals import ApprovalRecord, ApprovalState, PendingCall
+from bot.store.jobs import RunJobSpec
+from bot.store.outbox import posted_part
+from bot.store.streams import put_outbound
+from bot.types import Action, Outbound, OutboundKind, RunRecord
+
+log = logging.getLogger(__name__)
+
+RESUME_PREFIX = "approval-"
+"""Job id prefix of the resume job (one per approval: a second decision finds it)."""
+ARGS_PREVIEW = 600
+
+
+def needs_approval(settings: Settings, sub_type: SubagentType | None, tool: str) -> bool:
+    """Whether a subagent run must ask before calling ``tool`` (pure): the global
+    ``tools.require_approval`` patterns, or its type's ``require_approval``."""
+    patterns = list(settings.tools.require_approval)
+    if sub_type is not None:
+        if sub_type.require_approval is True:
+            return True
+        if isinstance(sub_type.require_approval, list):
+            patterns += sub_type.require_approval
+    return any(fnmatch.fnmatchcase(tool, p) for p in patterns)
+
+
+def park_for(deps: Deps, record: RunRecord, calls: Sequence[PendingCall], *, text: str) -> NoReturn:
+    """Record the approval ``calls[0]`` needs and park the run (raises RunParked)."""
+    now = time.time()
+    approval = ApprovalRecord(
+        approval_id=secrets.token_hex(4),
+        run_id=record.run_id,
+        thread=record.thread,
+        requester=record.requester,
+        calls=tuple(calls),
+        created_at=now,
+        due_at=now + deps.settings.approvals.timeout_seconds,
+        label=f"#{record.seq} {record.display_name}"[:80],
+    )
+    deps.approvals.create(approval)
+    log.info(
+        "run %s waits for approval %s (%s)", record.run_id, approval.approval_id, calls[0].name
+    )
+    raise RunParked(text, rounds=record.rounds, approval_id=approval.approval_id)
+
+
+def request_text(approval: ApprovalRecord, *, timeout_s: int) -> str:
+    """The request as posted (pure)."""
+    call = approval.call
+    return (
+        f"🔐 Subagent {approval.label} wants to run `{call.name}`:\n"
+        f"```\n{_preview(call.arguments)}\n```\n"
+        f"Approve or deny (id `{approval.approval_id}`, no answer in "
+        f"{_duration(timeout_s)} means deny). Reply `!approve {approval.approval_id} "
+        "{…new arguments…}` to run it with other arguments."
+    )
+
+
+def request_actions(approval_id: str) -> tuple[Action, ...]:
+    return (
+        Action(id=f"!approve {approval_id}", label="✅ Approve", style="primary"),
+        Action(id=f"!deny {approval_id}", label="❌ Deny", style="danger"),
+    )
+
+
+def post_request(deps: Deps, approval_id: str) -> None:
+    """Put the request with its buttons in the outbox (after the run is parked, so a
+    press always finds it parked)."""
+    approval = deps.approvals.get(approval_id)
+    if approval is None:
+        return
+    text = request_text(approval, timeout_s=deps.settings.approvals.timeout_seconds)
+    message = Outbound(
+        thread=approval.thread,
+        text=text,
+        kind=OutboundKind.STATUS,
+        idempotency_key=approval.request_key,
+        actions=request_actions(approval_id),
+    )
+    put_outbound(deps.redis, deps.keys, message)
+
+
+def outcome_text(approval: ApprovalRecord) -> str:
+    """What the request reads once decided (pure)."""
+    call = approval.call
+    head = f"Subagent {approval.label}: `{call.name}`"
+    if approval.state is ApprovalState.APPROVED:
+        edited = " with edited arguments" if approval.arguments != call.arguments else ""
+        return f"✅ {head} approved{edited} by {_who(approval.decided_by)}."
+    if approval.state is ApprovalState.DENIED:
+        return f"❌ {head} denied by {_who(approval.decided_by)}."
+    return f"⌛ {head} denied: no answer in time."
+
+
+def denied_result(approval: ApprovalRecord) -> str:
+    """The tool result of a call that will not run (pure)."""
+    if approval.state is ApprovalState.EXPIRED:
+        return "error: this call needed a person's approval and nobody answered in time, so it did not run"
+    return f"error: denied by {_who(approval.decided_by)}; the call did not run"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionRequest:
+    """``!approve <id> [{json}]`` or ``!deny <id>`` as typed or pressed."""
+
+    approval_id: str
+    approve: bool
+    arguments: str | None = None
+
+
+_DECISION = re.compile(r"^\s*[!/](approve|deny)\s+([0-9a-f]{4,16})\b\s*(.*)$", re.S | re.I)
+
+
+def parse_decision(text: str) -> DecisionRequest | None:
+    """The decision in a message (pure); None when it is not one."""
+    found = _DECISION.match(text)
+    if found is None:
+        return None
+    rest = found[3].strip()
+    approve = found[1].lower() == "approve"
+    return DecisionRequest(
+        approval_id=found[2].lower(), approve=approve, arguments=rest if approve and rest else None
+    )
+
+
+def may_decide(
+    settings: Settings,
+    approval: ApprovalRecord,
+    run: RunRecord | None,
+    *,
+    platform: str,
+    user_id: str,
+) -> str:
+    """ "" when ``platform:user_id`` may decide (an admin or the run's requester), else the
+    polite refusal (pure)."""
+    actor = Actor(platform=platform, user_id=user_id, admins=settings.admins)
+    if run is None or run.status.terminal:
+        return "That run has ended; there is nothing left to decide."
+    if may_control(actor, run, verb="decide").allowed:
+        return ""
+    return "Sorry, only the person who started this run or an admin can approve or deny it."
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """What the person who decided is told (``refused``: privately where possible)."""
+
+    text: str
+    refused: bool = False
+
+
+def decide(deps: Deps, request: DecisionRequest, *, platform: str, user_id: str) -> Answer:
+    """Settle an approval for a person; returns what to tell them."""
+    approval = deps.approvals.get(request.approval_id)
+    if approval is None:
+        return Answer(text=f"No approval `{request.approval_id}`.", refused=True)
+    if approval.state is not ApprovalState.PENDING:
+        return Answer(text=f"Already decided: {outcome_text(approval)}", refused=True)
+    refusal = may_decide(
+        deps.settings, approval, deps.runs.get(approval.run_id), platform=platform, user_id=user_id
+    )
+    if refusal:
+        return Answer(text=refusal, refused=True)
+    arguments = approval.call.arguments
+    if request.arguments is not None:
+        problem = _args_problem(request.arguments)
+        if problem:
+            return Answer(text=f"Not decided: {problem}", refused=True)
+        arguments = request.arguments
+    state = ApprovalState.APPROVED if request.approve else ApprovalState.DENIED
+    by = f"{platform}:{user_id}"
+    if not deps.approvals.decide(approval.approval_id, state=state, by=by, arguments=arguments):
+        return Answer(text="Someone decided just before you.", refused=True)
+    settled = _settle(deps, approval.approval_id)
+    return Answer(text=outcome_text(settled) if settled else "Decided.")
+
+
+def expire_due(deps: Deps, *, now: float | None = None) -> list[str]:
+    """Maintenance: deny the approvals nobody answered in time; returns their ids."""
+    now = time.time() if now is None else now
+    expired = []
+    for approval_id in deps.approvals.due(now=now):
+        if deps.approvals.decide(approval_id, state=ApprovalState.EXPIRED, by="", arguments=""):
+            _settle(deps, approval_id)
+            expired.append(approval_id)
+    return expired
+
+
+def withdraw(deps: Deps, approval_id: str) -> None:
+    """The run was stopped while it waited: the request says so, and nothing resumes."""
+    if deps.approvals.decide(approval_id, state=ApprovalState.EXPIRED, by="", arguments=""):
+        approval = deps.approvals.get(approval_id)
+        if approval is not None:
+            head = f"Subagent {approval.label}: `{approval.call.name}`"
+            _edit_request(deps, approval, f"⏹️ {head}: the run was stopped before a decision.")
+
+
+def _settle(deps: Deps, approval_id: str) -> ApprovalRecord | None:
+    """After the decision: edit the request to the outcome and resume the run."""
+    approval = deps.approvals.get(approval_id)
+    if approval is None:
+        return None
+    _edit_request(deps, approval, outcome_text(approval))
+    resume(deps, approval)
+    return approval
+
+
+def _edit_request(deps: Deps, approval: ApprovalRecord, text: str) -> None:
+    """Edit the posted request (buttons gone); post anew if it was never posted."""
+    message_id = posted_part(deps.redis, deps.keys, approval.request_key)
+    put_outbound(
+        deps.redis,
+        deps.keys,
+        Outbound(
+            thread=approval.thread,
+            text=text,
+            kind=OutboundKind.STATUS,
+            edit_of=message_id,
+            idempotency_key=f"{approval.request_key}:outcome",
+        ),
+    )
+
+
+def resume(deps: Deps, approval: ApprovalRecord) -> None:
+    """Enqueue the job that resumes the run from its saved state (any worker)."""
+    record = deps.runs.get(approval.run_id)
+    if record is None or record.status.terminal:
+        return
+    job_id = RESUME_PREFIX + approval.approval_id
+    if deps.jobs.exists(job_id):
+        return
+    sub = deps.settings.subagents
+    deps.jobs.enqueue_resume(
+        RunJobSpec(
+            run_id=record.run_id,
+            timeout=record.timeout_s + sub.job_grace_seconds,
+            max_concurrent=sub.max_concurrent,
+            description=f"subagent #{record.seq} resumes after approval {approval.approval_id}",
+        ),
+        job_id=job_id,
+        approval_id=approval.approval_id,
+    )
+
+
+def _args_problem(text: str) -> str:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"the new arguments are not JSON ({exc.msg})."
+    if not isinstance(value, dict):
+        return "the new arguments must be a JSON object."
+    return ""
+
+
+def _preview(arguments: str) -> str:
+    try:
+        text = json.dumps(json.loads(arguments or "{}"), indent=1, ensure_ascii=False)
+    except ValueError:
+        text = arguments
+    text = text.replace("```", "'''")
+    return text if len(text) <= ARGS_PREVIEW else text[: ARGS_PREVIEW - 1] + "…"
+
+
+def _who(qualified: str) -> str:
+    """``telegram:1001`` -> ``@1001``; a Matrix id keeps its own ``@``."""
+    user = qualified.partition(":")[2] or qualified
+    return user if user.startswith("@") else f"@{user}" if user else "nobody"
+
+
+def _duration(seconds: int) -> str:
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"

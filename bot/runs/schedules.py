@@ -1,0 +1,152 @@
+"""Recurring runs: make, list, remove and fire schedules.
+
+Each firing is a normal run (:func:`~bot.runs.spawn.spawn_run`) announcing into the thread
+the schedule was made in, its requester being who made it. The maintenance sweep calls
+:func:`fire_due`; the store's claim (:mod:`bot.store.schedules`) makes each tick fire once
+however many workers sweep, and a tick missed while every worker was down fires once on
+the next sweep with the lateness in its announce's notes ("fired 2h late: workers were
+down").
+
+Who may add and remove (:func:`may_schedule`, pure): admins only unless
+``schedules.who`` is ``anyone``; then anyone adds and removes their own, admins any.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from bot.deps import Deps
+from bot.errors import FanbotError
+from bot.runs.access import Actor, Decision
+from bot.runs.catalog import subagent_types
+from bot.runs.schedule_spec import Every, every_from_text, plan_firing
+from bot.runs.spawn import SpawnRequest, spawn_run
+from bot.store.schedules import Schedule, ScheduleStore
+from bot.store.streams import put_outbound
+from bot.types import Outbound, OutboundKind, ThreadRef
+
+log = logging.getLogger(__name__)
+
+
+def schedule_store(deps: Deps) -> ScheduleStore:
+    return ScheduleStore(redis=deps.redis, keys=deps.keys)
+
+
+def may_schedule(actor: Actor, *, who: str, owner: str | None = None) -> Decision:
+    """Whether ``actor`` may add a schedule (``owner`` None) or remove ``owner``'s (pure)."""
+    if actor.is_admin:
+        return Decision(allowed=True)
+    if who != "anyone":
+        return Decision(
+            allowed=False, reason="only an admin may manage schedules here (FANBOT_ADMINS)."
+        )
+    if owner is not None and owner != actor.qualified:
+        return Decision(
+            allowed=False, reason="only an admin or the person who made it may remove it."
+        )
+    return Decision(allowed=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewSchedule:
+    """A schedule to make: what, how often, where and for whom."""
+
+    every: Every
+    task: str
+    subagent_type: str
+    thread: ThreadRef
+    session_key: str
+    requester: str
+    agent_id: str
+
+
+def add_schedule(deps: Deps, new: NewSchedule, *, now: float | None = None) -> Schedule:
+    """Record ``new``; its first tick is the next one after now.
+
+    Raises:
+        FanbotError: its type is not configured.
+    """
+    now = time.time() if now is None else now
+    types = subagent_types(deps.settings)
+    if new.subagent_type and new.subagent_type not in types:
+        raise FanbotError(f"unknown subagent type {new.subagent_type!r}; known: {', '.join(types)}")
+    return schedule_store(deps).add(
+        every=new.every.text,
+        task=new.task,
+        subagent_type=new.subagent_type,
+        thread=new.thread,
+        session_key=new.session_key,
+        requester=new.requester,
+        agent_id=new.agent_id,
+        next_at=new.every.next_after(now, anchor=now),
+        now=now,
+    )
+
+
+def thread_schedules(deps: Deps, thread: ThreadRef) -> list[Schedule]:
+    """The schedules made in ``thread`` (a channel-level command: in its whole chat)."""
+    found = schedule_store(deps).all()
+    if thread.thread is None:
+        return [s for s in found if _same_chat(s.thread, thread)]
+    return [s for s in found if s.thread == thread]
+
+
+def _same_chat(a: ThreadRef, b: ThreadRef) -> bool:
+    return (a.platform, a.account, a.chat) == (b.platform, b.account, b.chat)
+
+
+def fire_due(deps: Deps, *, now: float | None = None) -> list[str]:
+    """Fire every schedule whose tick has come and this caller claims; returns run ids."""
+    now = time.time() if now is None else now
+    store = schedule_store(deps)
+    late_after = deps.settings.schedules.late_after_seconds
+    started: list[str] = []
+    for schedule in store.due(now=now):
+        every = every_from_text(schedule.every)
+        firing = plan_firing(
+            every,
+            due=schedule.next_time,
+            now=now,
+            anchor=schedule.created_at,
+            late_after=late_after,
+        )
+        if not store.claim(schedule, next_at=firing.next_at, now=now):
+            continue  # another worker fired this tick
+        note = firing.late_note()
+        if note:
+            log.warning("schedule #%s %s", schedule.schedule_id, note)
+        run_id = _start(deps, schedule, note)
+        if run_id:
+            store.note_run(schedule.schedule_id, run_id)
+            started.append(run_id)
+    return started
+
+
+def _start(deps: Deps, schedule: Schedule, note: str) -> str:
+    request = SpawnRequest(
+        task=schedule.task,
+        session_key=schedule.session_key,
+        thread=schedule.thread,
+        requester=schedule.requester,
+        agent_id=schedule.agent_id,
+        subagent_type=schedule.subagent_type or None,
+        notes=(f"schedule #{schedule.schedule_id} {note}",) if note else (),
+    )
+    try:
+        return spawn_run(deps, request, known_models=lambda: None).run_id
+    except FanbotError as exc:  # a type removed, a budget spent: say so where it was made
+        log.warning("schedule #%s did not start: %s", schedule.schedule_id, exc)
+        _tell(deps, schedule, f"⏰ Schedule #{schedule.schedule_id} did not start a run: {exc}")
+        return ""
+
+
+def _tell(deps: Deps, schedule: Schedule, text: str) -> None:
+    notice = Outbound(
+        thread=schedule.thread,
+        text=text,
+        kind=OutboundKind.REPLY,
+        idempotency_key=f"schedule:{schedule.schedule_id}:{schedule.next_at}",
+    )
+    put_outbound(deps.redis, deps.keys, notice)

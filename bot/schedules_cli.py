@@ -1,0 +1,124 @@
+"""``fanbot schedules list|add|remove``: the operators' view of recurring runs.
+
+Works for any thread without chat access (and without the chat's admin rule: whoever can
+reach Redis is an operator). Exit codes: 0 done, 1 no such schedule or a bad schedule,
+2 bad configuration or Redis unreachable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import redis
+import typer
+
+from bot.config import load_settings
+from bot.deps import Deps
+from bot.errors import ConfigError, FanbotError
+from bot.preflight import redis_unreachable
+from bot.runs.schedule_spec import every_from_text, parse_every
+from bot.runs.schedules import NewSchedule, add_schedule, schedule_store
+from bot.sessions import requester_session_key
+from bot.store.connect import connect
+from bot.types import ThreadRef
+
+app = typer.Typer(
+    name="schedules",
+    help="List, add and remove recurring subagent runs (reads FANBOT_REDIS_URL).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@contextmanager
+def _deps() -> Iterator[Deps]:
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        typer.echo(f"fanbot schedules: {exc}", err=True)
+        raise typer.Exit(2) from None
+    deps = Deps.build(settings, client=connect(settings.redis_url, socket_timeout=5, retries=0))
+    try:
+        deps.redis.ping()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        deps.close()
+        typer.echo(f"fanbot schedules: {redis_unreachable(settings.redis_url, exc)}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        yield deps
+    finally:
+        deps.close()
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+@app.command("list")
+def list_schedules() -> None:
+    """Every schedule: number, when, next tick, thread, who made it, task."""
+    with _deps() as deps:
+        found = schedule_store(deps).all()
+        if not found:
+            typer.echo("no schedules")
+            return
+        for s in found:
+            t = s.thread
+            where = f"{t.platform}:{t.account}:{t.chat}" + (f":{t.thread}" if t.thread else "")
+            typer.echo(
+                f"#{s.schedule_id:<4} {every_from_text(s.every).describe():<28} "
+                f"next {_utc(s.next_time)}  fired {s.fired:<4} {where}  {s.requester}  "
+                f"{s.subagent_type or 'general-purpose'}: {s.task}"
+            )
+
+
+@app.command()
+def add(
+    task: Annotated[str, typer.Argument(help="What each run is asked to do.")],
+    every: Annotated[str, typer.Option(help="30m, 2h, 1d or a 5-field cron expression (UTC).")],
+    platform: Annotated[str, typer.Option(help="slack, telegram, matrix or console.")],
+    chat: Annotated[str, typer.Option(help="Channel, chat id or room id.")],
+    account: Annotated[str, typer.Option(help="Slack team, Telegram bot id, Matrix user.")],
+    thread: Annotated[str | None, typer.Option(help="Thread id; unset: the main timeline.")] = None,
+    subagent_type: Annotated[str, typer.Option("--type", help="Subagent type.")] = "",
+    requester: Annotated[
+        str, typer.Option(help="platform:user_id the runs are started for (budgets, control).")
+    ] = "",
+) -> None:
+    """Add a schedule announcing into one thread."""
+    with _deps() as deps:
+        s = deps.settings
+        parsed = parse_every(every.split(), min_seconds=s.schedules.min_interval_seconds)
+        if isinstance(parsed, str) or parsed[1] != len(every.split()):
+            typer.echo(f"fanbot schedules add: --every {every!r}: {parsed if isinstance(parsed, str) else 'extra words'}", err=True)  # fmt: skip
+            raise typer.Exit(1)
+        where = ThreadRef(platform=platform, account=account, chat=chat, thread=thread or None)
+        new = NewSchedule(
+            every=parsed[0],
+            task=task.strip(),
+            subagent_type=subagent_type,
+            thread=where,
+            session_key=requester_session_key(agent_id=s.agent_id, thread=where),
+            requester=requester or f"{platform}:operator",
+            agent_id=s.agent_id,
+        )
+        try:
+            made = add_schedule(deps, new)
+        except FanbotError as exc:
+            typer.echo(f"fanbot schedules add: {exc}", err=True)
+            raise typer.Exit(1) from None
+        typer.echo(f"added schedule #{made.schedule_id}, first at {_utc(made.next_time)}")
+
+
+@app.command()
+def remove(schedule_id: Annotated[str, typer.Argument(help="Schedule number.")]) -> None:
+    """Remove a schedule."""
+    with _deps() as deps:
+        number = schedule_id.strip().removeprefix("#")
+        if not schedule_store(deps).remove(number):
+            typer.echo(f"fanbot schedules remove: no schedule #{number}", err=True)
+            raise typer.Exit(1)
+        typer.echo(f"removed schedule #{number}")

@@ -1,4 +1,4 @@
-"""``fanbot bench soak|latency|stop``: benchmarks against real processes and the fakes.
+"""``fanbot bench soak|latency|stop|compare``: benchmarks against real processes and the fakes.
 
 They start their own private Redis, forked workers and the fake model (the processes they
 start get a scrubbed environment; nothing external is touched), print their figures, and exit 1 when a check fails
@@ -19,7 +19,7 @@ from bot.errors import FanbotError
 
 app = typer.Typer(
     name="bench",
-    help="Benchmarks: soak (many runs, counts every announce), latency, stop.",
+    help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare RQ).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -113,3 +113,51 @@ def stop(
 
     for line in asyncio.run(run_stop(stops=stops)):
         typer.echo(line)
+
+
+@app.command()
+def compare(
+    workers: Annotated[int, typer.Option(help="Forked workers on each side (= cap).", min=1)] = 8,
+    repeat: Annotated[int, typer.Option(help="Repetitions (min/median/p99 over them).", min=1)] = 3,
+    runs: Annotated[
+        int | None, typer.Option(help="Makespan runs (default 100; --quick 16).", min=1)
+    ] = None,
+    model_seconds: Annotated[
+        float | None, typer.Option(help="Model latency in the makespan (default 2; --quick 0.5).")
+    ] = None,
+    throughput_runs: Annotated[
+        int | None, typer.Option(help="Runs for runs/minute (default 200; --quick 48).", min=1)
+    ] = None,
+    burst: Annotated[int, typer.Option(help="Spawns at once / runs in one thread.", min=1)] = 8,
+    samples: Annotated[int, typer.Option(help="Single spawns per repetition.", min=1)] = 5,
+    quick: Annotated[bool, typer.Option(help="Small numbers: a run of about a minute.")] = False,
+    kill: Annotated[bool, typer.Option(help="Measure worker SIGKILL -> unknown.")] = True,
+    plot: Annotated[
+        Path | None, typer.Option(help="Also draw the figures into this PNG (fanbot[plot]).")
+    ] = None,
+    log_dir: Annotated[
+        Path | None, typer.Option(help="Keep process logs here (default: temp, kept on error).")
+    ] = None,
+) -> None:
+    """fanbot against bare RQ on one private Redis: latency, makespan, PSS, throughput."""
+    from bot.bench.compare import CompareConfig, run_compare
+
+    directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-compare-"))
+    config = CompareConfig(
+        workers=workers, repeat=repeat, burst=burst, samples=samples, kill=kill,
+        makespan_runs=runs or (16 if quick else 100),
+        model_seconds=model_seconds or (0.5 if quick else 2.0),
+        throughput_runs=throughput_runs or (48 if quick else 200),
+        log_dir=directory, report=lambda line: typer.echo(line, err=True),
+    )  # fmt: skip
+    try:
+        result = asyncio.run(run_compare(config))
+    except FanbotError as exc:
+        typer.echo(f"fanbot bench compare: {exc}\nlogs: {directory}", err=True)
+        raise typer.Exit(1) from None
+    if log_dir is None:
+        shutil.rmtree(directory, ignore_errors=True)
+    typer.echo(result.table())
+    if plot is not None and not result.plot(plot):
+        typer.echo("fanbot bench compare: no plot: matplotlib is missing "
+                   "(pip install 'fanbot[plot]')", err=True)  # fmt: skip

@@ -1,0 +1,217 @@
+"""The phases of ``fanbot bench compare`` after the start-up ones, each fanbot then bare RQ.
+
+Each phase waits for its own runs or jobs to end before the next starts, and adds one
+figure per row and side to the benchmark (see :mod:`bot.bench.compare`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import redis
+from rq import Queue, Worker
+
+from bot.bench import bare
+from bot.bench.compare import (
+    CompareError,
+    children,
+    ideal_makespan,
+    last_ended,
+    p50,
+    p99,
+    pss,
+    sigkill,
+    spawn_runs,
+    wait_announced,
+    wait_jobs,
+)
+from bot.store.jobs import SUBAGENTS_QUEUE
+
+if TYPE_CHECKING:
+    from bot.bench.compare import _Env
+
+ANNOUNCE_MODEL_SECONDS = 0.5  # long enough for a burst to be running before any finishes
+STREAM = "bench:stream"
+MEMORY_MODEL_SECONDS = 4.0  # the runs whose memory is sampled outlast the sampling
+
+
+def announce(bench: _Env) -> None:
+    """``burst`` runs in one thread, finishing together: model returns -> Telegram."""
+    bench.model.delay = ANNOUNCE_MODEL_SECONDS
+    spawned = spawn_runs(bench, bench.config.burst, topic=201)
+    found = wait_announced(bench, spawned, timeout=120)
+    bench.model.delay = 0.0
+    finished = {}
+    for request in list(bench.fake.requests):
+        label = bench.model.label_of(request.chat)
+        if label in spawned and request.finished_at is not None:
+            finished[label] = request.finished_at
+    delays = [found[label][0] - finished[label] for label in spawned]
+    wall = time.time() - time.monotonic()  # this process's monotonic clock in wall time
+    records = {r.label: r for r in bench.deps.runs.get_many(bench.run_ids(spawned))}
+    bench.sample("to_finalize", "fanbot", [
+        (records[label].ended_at or 0.0) - wall - finished[label] for label in spawned
+    ])  # fmt: skip
+    bench.add("announce50", "fanbot", p50(delays))
+    bench.sample("announce", "fanbot", delays)
+    bench.add("announce99", "fanbot", p99(delays))
+
+
+def stream_latency(bench: _Env) -> None:
+    """The floor of any delivery: ``burst`` XADDs at once -> a blocked XREADGROUP."""
+    conn = bench.deps.redis
+    reader = redis.Redis.from_url(bench.deps.settings.redis_url)
+    conn.delete(STREAM)
+    conn.xgroup_create(STREAM, "g", id="$", mkstream=True)
+    delays: list[float] = []
+    import threading
+
+    def read() -> None:
+        while len(delays) < bench.config.burst:
+            got: Any = reader.xreadgroup("g", "c", {STREAM: ">"}, count=100, block=2000)
+            now = time.monotonic()
+            for _stream, entries in got or []:
+                for _id, fields in entries:
+                    delays.append(now - float(fields[b"t"]))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    time.sleep(0.2)  # the reader is blocked in XREADGROUP
+    for _ in range(bench.config.burst):
+        conn.xadd(STREAM, {"t": repr(time.monotonic())})
+    thread.join(timeout=10)
+    reader.close()
+    conn.delete(STREAM)
+    if len(delays) < bench.config.burst:
+        raise CompareError("XREADGROUP did not see every entry")
+    bench.add("announce50", "bare", p50(delays))
+    bench.sample("announce", "bare", delays)
+    bench.add("announce99", "bare", p99(delays))
+
+
+def makespan(bench: _Env) -> None:
+    """``makespan_runs`` runs of ``model_seconds`` at cap ``workers``: first spawn -> last end."""
+    config = bench.config
+    bench.model.delay = config.model_seconds
+    t0 = time.time()
+    spawned = spawn_runs(bench, config.makespan_runs)
+    wait_announced(bench, spawned, timeout=ideal_makespan(config) * 3 + 60)
+    bench.model.delay = 0.0
+    records = bench.deps.runs.get_many(bench.run_ids(spawned))
+    last = max(r.ended_at or 0.0 for r in records)
+    bench.add("makespan", "fanbot", (last - t0) / ideal_makespan(config))
+    bench.timeline["fanbot"] = [
+        ((r.started_at or t0) - t0, (r.ended_at or t0) - t0) for r in records
+    ]
+
+
+def bare_makespan(bench: _Env) -> None:
+    config = bench.config
+    t0 = time.time()
+    jobs = [
+        bench.queue.enqueue(bare.nap, config.model_seconds, result_ttl=600)
+        for _ in range(config.makespan_runs)
+    ]
+    wait_jobs(bench, jobs, timeout=ideal_makespan(config) * 3 + 60)
+    spans = [job.return_value() for job in jobs]
+    last = max(float(span[1]) for span in spans)  # type: ignore[index]
+    bench.add("makespan", "bare", (last - t0) / ideal_makespan(config))
+    bench.timeline["bare"] = [(span[0] - t0, span[1] - t0) for span in spans]  # type: ignore[index]
+
+
+def memory(bench: _Env) -> None:
+    """PSS of an idle worker, and added per running run: ``workers`` runs that wait
+    :data:`MEMORY_MODEL_SECONDS` for the model, sampled while all of them run."""
+    busy = bench.config.workers
+    workers = bench.pool.worker_pids()
+    idle = pss(workers)
+    bench.add("pss_idle", "fanbot", idle / len(workers))
+    bench.model.delay = MEMORY_MODEL_SECONDS
+    spawned = spawn_runs(bench, busy)
+    _sample_running(bench, "fanbot", workers, idle, busy, lambda: bench.fake.in_flight >= busy)
+    wait_announced(bench, spawned, timeout=MEMORY_MODEL_SECONDS + 60)
+    bench.model.delay = 0.0
+    workers = bench.bare.worker_pids()
+    idle = pss(workers)
+    bench.add("pss_idle", "bare", idle / len(workers))
+    jobs = [bench.queue.enqueue(bare.nap, MEMORY_MODEL_SECONDS) for _ in range(busy)]
+    _sample_running(bench, "bare", workers, idle, busy, lambda: True)
+    wait_jobs(bench, jobs, timeout=MEMORY_MODEL_SECONDS + 60)
+
+
+def _sample_running(
+    bench: _Env, side: str, workers: list[int], idle: int, busy: int, ready: Callable[[], bool]
+) -> None:
+    """PSS of workers + horses once ``busy`` horses are running, minus the idle workers'."""
+    deadline = time.monotonic() + 60
+    while len(children(workers)) < busy or not ready():
+        if time.monotonic() > deadline:
+            raise CompareError(f"{side}: {busy} horses never ran at once")
+        time.sleep(0.02)
+    time.sleep(0.2)  # past the horse's start-up (imports, first request)
+    horses = children(workers)
+    total = pss(workers + horses)
+    if sorted(children(workers)) != sorted(horses):
+        raise CompareError(f"{side}: a run ended while its memory was sampled")
+    bench.add("pss_run", side, (total - idle) / len(horses))
+
+
+def throughput(bench: _Env) -> None:
+    """Runs per minute with an instant model: first spawn -> last run ended."""
+    bench.model.delay = 0.0
+    t0 = time.time()
+    spawned = spawn_runs(bench, bench.config.throughput_runs)
+    wait_announced(bench, spawned, timeout=bench.config.throughput_runs + 120)
+    last = max(r.ended_at or 0.0 for r in bench.deps.runs.get_many(bench.run_ids(spawned)))
+    bench.add("throughput", "fanbot", bench.config.throughput_runs / (last - t0) * 60)
+
+
+def bare_throughput(bench: _Env) -> None:
+    t0 = time.time()
+    jobs = [
+        bench.queue.enqueue(bare.noop, result_ttl=600) for _ in range(bench.config.throughput_runs)
+    ]
+    wait_jobs(bench, jobs, timeout=bench.config.throughput_runs + 120)
+    last = last_ended(bench, jobs)
+    bench.add("throughput", "bare", bench.config.throughput_runs / (last - t0) * 60)
+
+
+def kill(bench: _Env) -> None:
+    """SIGKILL the worker process running a run, and its horse: -> ``unknown`` announced."""
+    spawned = spawn_runs(bench, 1)
+    (label,) = spawned
+    bench.model.hang.add(label)
+    deadline = time.monotonic() + 60
+    while label not in bench.model.arrived:
+        if time.monotonic() > deadline:
+            raise CompareError("the run to kill never reached the model")
+        time.sleep(0.02)
+    workers = bench.pool.worker_pids()
+    hosts = [pid for pid in workers if children([pid])]
+    if len(hosts) != 1:
+        raise CompareError(f"expected one worker running a run, found {len(hosts)}")
+    victims = children(hosts) + hosts
+    killed = time.monotonic()
+    sigkill(victims)
+    found = wait_announced(bench, spawned, timeout=60)
+    at, status = found[label]
+    if status != "unknown":
+        raise CompareError(f"the killed run was announced {status}, not unknown")
+    bench.add("kill", "fanbot", at - killed)
+    _until_workers(bench)
+
+
+def _until_workers(bench: _Env) -> None:
+    """The launcher restarted the killed worker (the next repetition needs them all)."""
+    queue = Queue(SUBAGENTS_QUEUE, connection=bench.deps.redis)
+    deadline = time.monotonic() + 60
+    while True:
+        pids = bench.pool.worker_pids()
+        registered = {w.pid for w in Worker.all(queue=queue)}
+        if len(pids) >= bench.config.workers and set(pids) <= registered:
+            return
+        if time.monotonic() > deadline:
+            raise CompareError("the killed worker was not restarted")
+        time.sleep(0.1)

@@ -1,0 +1,64 @@
+"""``fanbot bench compare`` with tiny numbers: every row of the table, and sane values.
+
+Behaviour, not timings: each figure exists on the side it belongs to, is positive and
+finite, and the killed run ended ``unknown`` (the phase raises otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bot.bench.cli import app
+from bot.bench.compare import CompareConfig, run_compare
+from bot.bench.compare_report import ROWS, CompareResult
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+
+async def test_quick_compare_fills_every_row(tmp_path: Path) -> None:
+    config = CompareConfig(
+        workers=2, repeat=1, burst=2, samples=1, makespan_runs=3, model_seconds=0.2,
+        throughput_runs=4, log_dir=tmp_path,
+    )  # fmt: skip
+    result = await run_compare(config)
+    table = result.table()
+    for row in ROWS:
+        assert row.fanbot in table, table
+        fanbot = result.values(row.key, "fanbot")
+        assert len(fanbot) == 1 and math.isfinite(fanbot[0]) and fanbot[0] > 0, table
+        if row.bare:
+            bare = result.values(row.key, "bare")
+            assert len(bare) == 1 and math.isfinite(bare[0]) and bare[0] > 0, table
+            assert result.ratio(row) is not None, table
+    # A makespan is never shorter than the ideal waves; a process holds some memory.
+    assert result.values("makespan", "fanbot")[0] >= 0.99, table
+    assert result.values("makespan", "bare")[0] >= 0.99, table
+    assert result.values("pss_idle", "fanbot")[0] > 1024 * 1024, table
+    assert "CPUs, Python" in table and "load average" in table, table
+
+
+def test_plot_draws_or_says_matplotlib_is_missing(tmp_path: Path) -> None:
+    result = CompareResult(
+        figures={"pss_idle": {"fanbot": [50e6], "bare": [25e6]}},
+        samples={"spawn1": {"fanbot": [0.05, 0.06], "bare": [0.01]}},
+        timeline={"fanbot": [(0.0, 2.1), (0.1, 2.2)], "bare": [(0.0, 2.0)]},
+        machine={}, parameters={},
+    )  # fmt: skip
+    png = tmp_path / "compare.png"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert result.plot(png) is False
+        assert not png.exists()
+    else:
+        assert result.plot(png) is True
+        assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_cli_offers_compare() -> None:
+    output = CliRunner().invoke(app, ["compare", "--help"]).output
+    assert "--quick" in output and "--plot" in output and "--repeat" in output

@@ -12,6 +12,7 @@ import importlib
 import importlib.metadata
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -124,7 +125,7 @@ NO_PLATFORM = (
 @app.command()
 def gateway() -> None:
     """Serve every platform whose credentials are configured (no LLM work here)."""
-    from bot.preflight import require_redis
+    from bot.redis_watch import wait_until_reachable
     from bot.wiring import build_adapters
 
     settings = _settings("gateway")
@@ -133,8 +134,23 @@ def gateway() -> None:
         adapters = build_adapters(settings)
         if not adapters:
             raise ConfigError(NO_PLATFORM)
-        require_redis(settings.redis_url)
+        with _stop_on_signal() as stopping:  # Redis not there yet: wait for it, a line a try
+            if not wait_until_reachable(settings.redis_url, who="gateway", stop=stopping):
+                return
         asyncio.run(_serve(settings, adapters))
+
+
+@contextlib.contextmanager
+def _stop_on_signal() -> Iterator[threading.Event]:
+    """An event SIGTERM/SIGINT set while inside (the previous handlers come back after)."""
+    stopping = threading.Event()
+    sigs = (signal.SIGTERM, signal.SIGINT)
+    previous = [signal.signal(sig, lambda *_: stopping.set()) for sig in sigs]
+    try:
+        yield stopping
+    finally:
+        for sig, handler in zip(sigs, previous, strict=True):
+            signal.signal(sig, handler)
 
 
 async def _serve(settings: Settings, adapters: list[ChannelAdapter]) -> None:
@@ -142,8 +158,10 @@ async def _serve(settings: Settings, adapters: list[ChannelAdapter]) -> None:
     import redis
 
     from bot.gateway.runtime import Gateway
+    from bot.observe import tracing
     from bot.preflight import redis_unreachable
 
+    tracing.configure(settings, service="gateway")  # a no-op unless an OTLP endpoint is set
     gw = Gateway(settings=settings, adapters=adapters)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -195,6 +213,7 @@ def doctor(
 
 
 app.add_typer(importlib.import_module("bot.ops_cli").app, name="subagents")
+app.add_typer(importlib.import_module("bot.schedules_cli").app, name="schedules")
 app.add_typer(importlib.import_module("bot.bench.cli").app, name="bench")
 
 

@@ -13,6 +13,7 @@ Every :class:`~bot.errors.ConfigError` raised here is one line naming the settin
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 import re
@@ -45,6 +46,7 @@ SECRET_NAMES = frozenset(
     {"api_key", "bot_token", "app_token", "signing_secret", "webhook_secret", "password"}
     | {"access_token"}
     | {"headers", "env"}  # an MCP server's HTTP headers and environment carry its credentials
+    | {"token", "admin_token"}  # the ops page's
 )
 
 
@@ -103,6 +105,36 @@ class SubagentSettings(_Section):
     )
     max_spawns_per_turn: int = Field(16, ge=1, le=200)
     max_result_chars: int = Field(20_000, ge=100)
+    max_run_timeout_seconds: int = Field(
+        14_400,
+        ge=1,
+        le=7 * 86_400,
+        description="Upper bound of any run's timeout; runTimeoutSeconds 0 means this.",
+    )
+    announce: Literal["cards", "synthesis", "both"] = Field(
+        "both",
+        description="cards: a full card per run, no continuation; synthesis: a one-line "
+        "card per run and the main agent's continuation; both: full cards and continuation.",
+    )
+    max_chain: int = Field(
+        4, ge=0, le=50, description="Continuation rounds (fan-in turns) per user message."
+    )
+    max_spawn_depth: int = Field(
+        1, ge=1, le=5, description="1: only the main agent spawns; 2+: orchestrator runs nest."
+    )
+    max_children_per_run: int = Field(5, ge=1, le=100)
+    max_concurrent_per_session: int | None = Field(
+        None, ge=1, le=1000, description="Optional hard cap of one session's runs at once."
+    )
+    stall_seconds: float = Field(
+        300, gt=0, le=86_400, description="No model token and no tool event this long: stalled."
+    )
+    stall_tool_seconds: float = Field(
+        900, gt=0, le=86_400, description="The stall limit while a tool call is running."
+    )
+    stall_grace_seconds: float = Field(
+        30, ge=0, le=3600, description="A stalled run gets this long before it ends timeout."
+    )
 
     @field_validator("thinking")
     @classmethod
@@ -112,12 +144,100 @@ class SubagentSettings(_Section):
         return value
 
 
+_RUNNABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+_LOOP_KEYS = ("system_prompt", "tools", "model", "thinking", "output_schema", "require_approval")
+
+
+class BudgetSettings(_Section):
+    """Spend limits (tokens = prompt + completion as the model reports them; USD at
+    ``FANBOT_PRICES`` / the price table). None: no limit."""
+
+    run_tokens: int | None = Field(None, ge=1)
+    run_usd: float | None = Field(None, gt=0)
+    tree_tokens: int | None = Field(None, ge=1, description="A root run and its descendants.")
+    tree_usd: float | None = Field(None, gt=0)
+    thread_daily_tokens: int | None = Field(None, ge=1, description="Per thread per UTC day.")
+    thread_daily_usd: float | None = Field(None, gt=0)
+    user_daily_tokens: int | None = Field(None, ge=1, description="Per user per UTC day.")
+    user_daily_usd: float | None = Field(None, gt=0)
+    warn_fraction: float = Field(0.8, gt=0, lt=1, description="Warn at this share of a limit.")
+
+
 class SubagentType(_Section):
+    """One subagent type: a model-driven one (prompt, tools, model) or a compiled one
+    (``runnable``: a Python object that gets ``{"messages": [...]}``)."""
+
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
-    description: str = ""
+    description: str = Field("", description="What the main agent reads to choose the type.")
     system_prompt: str = ""
-    tools: list[str] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list, description="Empty means every tool.")
     model: str | None = None
+    thinking: str | None = None
+    context: Literal["isolated", "fork"] = Field(
+        "isolated", description="fork: the run also sees the requester's recent messages."
+    )
+    output_schema: dict[str, Any] | None = Field(
+        None, description="JSON Schema the final answer must match (one correction turn)."
+    )
+    runnable: str | None = Field(
+        None, description="'module:attribute' of a compiled subagent (runs instead of the model)."
+    )
+    role: Literal["leaf", "orchestrator"] = Field(
+        "leaf", description="orchestrator: may spawn children below the depth limit."
+    )
+    max_tokens: int | None = Field(None, ge=1, description="Token limit of each run of it.")
+    max_cost_usd: float | None = Field(None, gt=0, description="USD limit of each run of it.")
+    require_approval: bool | list[str] = Field(
+        False, description="true: each tool call of its runs waits for a person; or tool patterns."
+    )
+
+    @field_validator("thinking")
+    @classmethod
+    def _type_thinking(cls, value: str | None) -> str | None:
+        if value is not None and value not in THINKING_LEVELS:
+            raise ValueError(f"must be one of {', '.join(THINKING_LEVELS)}")
+        return value
+
+    @field_validator("output_schema")
+    @classmethod
+    def _schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        from jsonschema import exceptions, validators  # ~90 ms: only when a schema is set
+
+        try:
+            validators.validator_for(value).check_schema(value)
+        except exceptions.SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "(top)"
+            raise ValueError(f"not a valid JSON Schema at {where}: {exc.message}") from None
+        return value
+
+    @field_validator("runnable")
+    @classmethod
+    def _runnable(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not _RUNNABLE.fullmatch(value):
+            raise ValueError(f"{value!r} is not 'module:attribute'")
+        module = value.partition(":")[0]
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as exc:
+            raise ValueError(f"cannot import {module!r}: {exc}") from None
+        if found is None:
+            raise ValueError(f"cannot import {module!r}: no such module")
+        return value
+
+    @model_validator(mode="after")
+    def _compiled_alone(self) -> SubagentType:
+        if self.runnable is not None:
+            given = [k for k in _LOOP_KEYS if k in self.model_fields_set]
+            if given:
+                raise ValueError(
+                    f"type {self.name!r} has a runnable, so {', '.join(given)} cannot be set: "
+                    "a compiled type brings its own prompt, tools and model"
+                )
+        return self
 
 
 class ToolRule(_Section):
@@ -141,6 +261,16 @@ class ToolPolicy(_Section):
     subagents: ToolRule = Field(default_factory=ToolRule, description="Subagent runs only.")
     extra: list[str] = Field(
         default_factory=list, description="Plug-in tools as 'module:attribute'."
+    )
+    require_approval: list[str] = Field(
+        default_factory=list,
+        description="Tools (fnmatch) a subagent run may call only once approved.",
+    )
+
+
+class ApprovalSettings(_Section):
+    timeout_seconds: int = Field(
+        3600, ge=1, le=7 * 86_400, description="No decision within this time means deny."
     )
 
 
@@ -176,6 +306,19 @@ class GatewaySettings(_Section):
         "messages).",
     )
     require_mention: bool = True
+
+
+class ObserveSettings(_Section):
+    http_endpoints: bool = Field(
+        True,
+        description="Serve /metrics, /healthz and /readyz on the gateway's HTTP port.",
+    )
+    otlp_endpoint: str = Field(
+        "",
+        description="OTLP/HTTP base URL for traces (else OTEL_EXPORTER_OTLP_ENDPOINT); "
+        "empty: no tracing.",
+    )
+    service_name: str = Field("fanbot", description="Prefix of the traces' service.name.")
 
 
 class PlatformAccess(_Section):
@@ -432,6 +575,67 @@ class McpSettings(_Section):
         return value
 
 
+class OpsSettings(_Section):
+    """The ops page (``/ops`` on the gateway's HTTP port): off unless ``token`` is set."""
+
+    token: SecretStr | None = Field(
+        None, description="Opens the read-only page (16+ characters); unset: no page (404)."
+    )
+    admin_token: SecretStr | None = Field(
+        None, description="Also allows replaying dead letters; unset: no write action."
+    )
+    origin: str | None = Field(
+        None,
+        pattern=r"^https?://[^/]+$",
+        description="The page's public origin (scheme://host[:port]) when a proxy rewrites "
+        "Host; replays must come from it. Unset: the request's own Host.",
+    )
+    refresh_seconds: int = Field(15, ge=0, le=3600, description="Page reload; 0: never.")
+    recent_minutes: float = Field(
+        15, ge=0, le=1440, description="Ended runs stay on the page this long."
+    )
+
+    @field_validator("token", "admin_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters (e.g. openssl rand -hex 24)")
+        return value
+
+    @model_validator(mode="after")
+    def _two_tokens(self) -> OpsSettings:
+        if self.admin_token is None:
+            return self
+        if self.token is None:
+            raise ValueError("admin_token needs token (FANBOT_OPS__TOKEN) set too")
+        if self.admin_token.get_secret_value() == self.token.get_secret_value():
+            raise ValueError("admin_token must differ from token")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.token is not None
+
+
+class SchedulesSettings(_Section):
+    """Recurring runs (``/subagents every``; see :mod:`bot.runs.schedules`)."""
+
+    who: Literal["admins", "anyone"] = Field(
+        "admins",
+        description="Who may add and remove schedules from chat: admins (default) or anyone "
+        "(who then removes only their own).",
+    )
+    min_interval_seconds: int = Field(
+        60, ge=1, le=86_400, description="The shortest interval `/subagents every` accepts."
+    )
+    late_after_seconds: float = Field(
+        120,
+        ge=1,
+        le=86_400,
+        description="A firing this long past its tick says it was late (workers were down).",
+    )
+
+
 class Settings(BaseSettings):
     """Everything fanbot reads at start. See README "Configuration" for each key."""
 
@@ -448,15 +652,18 @@ class Settings(BaseSettings):
     agent_id: str = Field("main", pattern=r"^[A-Za-z0-9_.-]+$")
     turn_timeout_seconds: int = Field(600, ge=10, le=86_400)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
     admins: list[str] = Field(default_factory=list)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
     prices: dict[str, Price] = Field(default_factory=dict)
     subagents: SubagentSettings = Field(default_factory=SubagentSettings)
+    budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     subagent_types: list[SubagentType] = Field(default_factory=list)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     tools: ToolPolicy = Field(default_factory=ToolPolicy)
     history: HistorySettings = Field(default_factory=HistorySettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    observe: ObserveSettings = Field(default_factory=ObserveSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     matrix: MatrixSettings = Field(default_factory=MatrixSettings)
@@ -466,6 +673,9 @@ class Settings(BaseSettings):
     attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
+    ops: OpsSettings = Field(default_factory=OpsSettings)
+    schedules: SchedulesSettings = Field(default_factory=SchedulesSettings)
+    approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
 
     @field_validator("redis_url")
     @classmethod
@@ -473,6 +683,16 @@ class Settings(BaseSettings):
         problem = redis_url_problem(value)
         if problem is not None:
             raise ValueError(problem)
+        return value
+
+    @field_validator("subagent_types")
+    @classmethod
+    def _unique_types(cls, value: list[SubagentType]) -> list[SubagentType]:
+        seen: set[str] = set()
+        for item in value:
+            if item.name in seen:
+                raise ValueError(f"subagent type {item.name!r} is defined twice")
+            seen.add(item.name)
         return value
 
     @field_validator("admins")
@@ -527,7 +747,11 @@ def _secrets_in(data: Any, path: str = "") -> list[str]:
 
 
 def _env_name(loc: tuple[int | str, ...]) -> str:
-    return "FANBOT_" + "__".join(str(part).upper() for part in loc)
+    """``FANBOT_OPENAI__MODEL``; inside a list setting, its JSON path:
+    ``FANBOT_SUBAGENT_TYPES[0].runnable``."""
+    index = next((i for i, part in enumerate(loc) if isinstance(part, int)), len(loc))
+    name = "FANBOT_" + "__".join(str(part).upper() for part in loc[:index])
+    return name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[index:])
 
 
 def read_config_file() -> tuple[Path | None, dict[str, Any]]:

@@ -40,7 +40,7 @@ from bot.dirlock import DirLock
 from bot.errors import ConfigError, DirectoryBusy
 from bot.gateway.runtime import Gateway
 from bot.redis_server import RedisServer
-from bot.runs.render import title
+from bot.runs.progress import card_title
 from bot.sessions import requester_session_key
 from bot.types import RunRecord, RunStatus
 
@@ -92,7 +92,7 @@ def live_view(
         running = r.status is RunStatus.RUNNING
         return LiveRun(
             thread=thread_of.get(snapshot.roots.get(r.run_id, ""), ""),
-            title=title(r),
+            title=card_title(r),
             running=running,
             since=(r.started_at or r.created_at) if running else r.created_at,
             position=line.get(r.job_id),

@@ -12,10 +12,13 @@ from redis import Redis
 
 from bot.config import Settings
 from bot.keys import Keys
+from bot.store.approvals import Approvals
+from bot.store.budgets import Budgets
 from bot.store.connect import connect
 from bot.store.dedupe import Dedupe
 from bot.store.history import HistoryStore
 from bot.store.jobs import Jobs
+from bot.store.joins import Joins
 from bot.store.leases import Leases
 from bot.store.runs import RunsRegistry
 from bot.store.stops import Stops
@@ -38,6 +41,9 @@ class Deps:
     dedupe: Dedupe
     leases: Leases
     workspace: Workspace
+    joins: Joins
+    budgets: Budgets
+    approvals: Approvals
 
     @classmethod
     def build(cls, settings: Settings, *, client: Redis | None = None) -> Deps:
@@ -55,11 +61,18 @@ class Deps:
                 max_chars=settings.history.max_message_chars,
             ),
             transcripts=TranscriptStore(redis=client, keys=keys),
-            jobs=Jobs(redis=client),
+            jobs=Jobs(
+                redis=client, keys=keys, per_session=settings.subagents.max_concurrent_per_session
+            ),
             stops=Stops(redis=client, keys=keys),
             dedupe=Dedupe(redis=client, keys=keys),
             leases=Leases(redis=client, keys=keys),
             workspace=Workspace(redis=client, keys=keys, limits=_workspace_limits(settings)),
+            joins=Joins(redis=client, keys=keys),
+            budgets=Budgets(
+                redis=client, keys=keys, ttl_seconds=settings.subagents.retention_days * 86_400
+            ),
+            approvals=Approvals(redis=client, keys=keys),
         )
 
     def close(self) -> None:

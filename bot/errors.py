@@ -11,9 +11,13 @@
     ├── ToolError            a tool call the model made is invalid; the model sees the text
     │   └── SpawnRejected    sessions_spawn parameters are invalid
     ├── ModelCallFailed      the model endpoint failed a call after its retries
+    ├── RunFailed            a run's body ended it as an error, saying why (a compiled
+    │                        runnable broke its contract, an answer missed its schema)
     └── RunInterrupted       a run must end early (stop flag or soft deadline)
         ├── RunStopped
-        └── RunDeadline
+        ├── RunDeadline
+        ├── RunStalled       no model output and no tool event for too long (ends timeout)
+        └── BudgetExceeded   a spend limit is used up (the message names it and the spend)
 """
 
 from __future__ import annotations
@@ -91,8 +95,41 @@ class ModelCallFailed(FanbotError):
         self.timed_out = timed_out
 
 
+class RunFailed(FanbotError):
+    """A run's body decided the run failed; the message is its notes.
+
+    Args:
+        message: Why, for the announce's notes.
+        result: The run's result despite the failure (e.g. the raw answer), if any.
+    """
+
+    def __init__(self, message: str, *, result: str | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 class RunInterrupted(FanbotError):
     """A run must end between steps."""
+
+
+class RunParked(FanbotError):
+    """An orchestrator run answered while its children still run: its job ends without a
+    terminal transition, and its fan-in resumes it (:mod:`bot.runs.join`).
+
+    A run that reached a tool call needing approval parks the same way, with
+    ``approval_id`` set: a person's decision (or its timeout) resumes it.
+
+    Args:
+        text: What it said so far.
+        rounds: How many fan-in rounds it has been through.
+        approval_id: The approval it waits for ("" = it waits for its children).
+    """
+
+    def __init__(self, text: str, *, rounds: int, approval_id: str = "") -> None:
+        super().__init__(text)
+        self.text = text
+        self.rounds = rounds
+        self.approval_id = approval_id
 
 
 class RunStopped(RunInterrupted):
@@ -101,3 +138,21 @@ class RunStopped(RunInterrupted):
 
 class RunDeadline(RunInterrupted):
     """The run's soft deadline passed."""
+
+
+class RunStalled(RunInterrupted):
+    """The run showed no sign of life for its stall limit and grace (the message says how
+    long, and what it did last)."""
+
+
+class BudgetExceeded(RunInterrupted):
+    """A spend limit (run, tree, thread or user per day) is used up before a model call.
+
+    Args:
+        message: Names the limit and the spend, for the run's notes or the thread.
+        kind: Which limit: ``run``, ``tree``, ``thread`` or ``user``.
+    """
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind

@@ -30,7 +30,32 @@ key                                                type       what
 ``{p}stops:pending``                               zset       stopped run ids by hard-stop re-check
 ``{p}lock:reaper``                                 string     one reaper at a time
 ``{p}jobs:lost``                                   zset       job ids seen queued in no queue, by first sighting
+``{p}fair:slots``                                  zset       run ids holding a subagent slot, by admission
+``{p}fair:sessions``                               zset       sessions with runs waiting, by last-served tick
+``{p}fair:tick``                                   string     counter behind the last-served ticks
+``{p}fair:served``                                 hash       session -> tick of its last admission
+``{p}fair:waiting:{sessionKey}``                   list       a session's runs waiting for a slot, in order
 ``{p}workspace:{sessionKey}``                      hash       session files: path -> bytes, #bytes/#files
+``{p}metrics:counters``                            hash       metric series -> count (cluster-wide)
+``{p}metrics:histograms``                          hash       metric series|bucket -> count, |sum, |count
+``{p}join:{joinId}``                               hash       a fan-in: state, where to continue
+``{p}join:{joinId}:runs``                          set        every run that joined it
+``{p}join:{joinId}:pending``                       set        its runs not yet ended
+``{p}joins:open``                                  zset       joins not yet sealed, by opening time
+``{p}joins:ready``                                 zset       fired joins to dispatch, by due time
+``{p}session:{key}:joins``                         set        a session's joins not yet continued
+``{p}budget:run:{runId}``                          hash       a run's spend: tokens, usd, holds
+``{p}budget:tree:{rootRunId}``                     hash       a run tree's spend (same fields)
+``{p}budget:thread:{day}:{sessionKey}``            hash       a thread's spend on a UTC day
+``{p}budget:user:{day}:{user}``                    hash       a user's spend on a UTC day
+``{p}budget:day:{day}``                            set        ``thread|key``/``user|id`` that spent
+``{p}schedule:{id}``                                hash       a recurring run: spec, task, thread, next tick
+``{p}schedules``                                   zset       schedule ids by next tick
+``{p}schedules:seq``                               string     counter numbering the schedules
+``{p}run:{runId}:receipts``                        list       receipt ids of the inbox's messages, in order
+``{p}receipt:{id}``                                hash       what became of one ``/subagents send``
+``{p}approval:{id}``                               hash       a tool call waiting for a person
+``{p}approvals:due``                               zset       approval id -> when no answer denies
 =================================================  =========  ================================
 """
 
@@ -106,6 +131,10 @@ class Keys:
     def gateway_alive(self, consumer: str) -> str:
         return f"{self.prefix}gateway:{consumer}:alive"
 
+    def redis_probe(self, who: str) -> str:
+        """What :class:`bot.redis_watch.RedisWatch` writes to prove Redis takes writes."""
+        return f"{self.prefix}probe:{who}"
+
     def dedupe(self, platform: str, event_id: str) -> str:
         return f"{self.prefix}dedupe:{platform}:{event_id}"
 
@@ -128,8 +157,86 @@ class Keys:
     def lost_jobs(self) -> str:
         return f"{self.prefix}jobs:lost"
 
+    @property
+    def fair_slots(self) -> str:
+        return f"{self.prefix}fair:slots"
+
+    @property
+    def fair_sessions(self) -> str:
+        return f"{self.prefix}fair:sessions"
+
+    @property
+    def fair_tick(self) -> str:
+        return f"{self.prefix}fair:tick"
+
+    @property
+    def fair_served(self) -> str:
+        return f"{self.prefix}fair:served"
+
+    def fair_waiting(self, session_key: str) -> str:
+        return f"{self.prefix}fair:waiting:{session_key}"
+
     def workspace(self, session_key: str) -> str:
         return f"{self.prefix}workspace:{session_key}"
+
+    @property
+    def metrics_counters(self) -> str:
+        return f"{self.prefix}metrics:counters"
+
+    @property
+    def metrics_histograms(self) -> str:
+        return f"{self.prefix}metrics:histograms"
+
+    def join(self, join_id: str) -> str:
+        return f"{self.prefix}join:{join_id}"
+
+    def join_runs(self, join_id: str) -> str:
+        return f"{self.prefix}join:{join_id}:runs"
+
+    def join_pending(self, join_id: str) -> str:
+        return f"{self.prefix}join:{join_id}:pending"
+
+    @property
+    def joins_open(self) -> str:
+        return f"{self.prefix}joins:open"
+
+    @property
+    def joins_ready(self) -> str:
+        return f"{self.prefix}joins:ready"
+
+    def session_joins(self, session_key: str) -> str:
+        return f"{self.prefix}session:{session_key}:joins"
+
+    def budget(self, kind: str, ident: str, day: str = "") -> str:
+        """A spend counter (:mod:`bot.store.budgets`); daily kinds carry their day."""
+        return f"{self.prefix}budget:{kind}:{day + ':' if day else ''}{ident}"
+
+    def budget_day(self, day: str) -> str:
+        return f"{self.prefix}budget:day:{day}"
+
+    def schedule(self, schedule_id: str) -> str:
+        return f"{self.prefix}schedule:{schedule_id}"
+
+    @property
+    def schedules(self) -> str:
+        return f"{self.prefix}schedules"
+
+    @property
+    def schedules_seq(self) -> str:
+        return f"{self.prefix}schedules:seq"
+
+    def inbox_receipts(self, run_id: str) -> str:
+        return f"{self.prefix}run:{run_id}:receipts"
+
+    def receipt(self, receipt_id: str) -> str:
+        return f"{self.prefix}receipt:{receipt_id}"
+
+    def approval(self, approval_id: str) -> str:
+        return f"{self.prefix}approval:{approval_id}"
+
+    @property
+    def approvals_due(self) -> str:
+        return f"{self.prefix}approvals:due"
 
 
 def glob_escape(text: str) -> str:

@@ -1,4 +1,4 @@
-"""``fanbot subagents list|info|stop``: the operators' view of runs, straight from Redis.
+"""``fanbot subagents list|info|stop|usage``: the operators' view of runs, straight from Redis.
 
 Works for any session, without chat access. Exit codes: 0 done, 1 no such run (or an
 ambiguous prefix), 2 bad configuration or Redis unreachable.
@@ -20,7 +20,10 @@ from bot.deps import Deps
 from bot.errors import ConfigError
 from bot.preflight import redis_unreachable
 from bot.runs.access import MIN_PREFIX
+from bot.runs.budget import Limits, run_spend, spend_text, utc_day
 from bot.runs.stop import stop_run
+from bot.store.budgets import Spend
+from bot.store.connect import connect
 from bot.types import RunRecord
 
 app = typer.Typer(
@@ -40,7 +43,7 @@ def _deps() -> Iterator[Deps]:
     except ConfigError as exc:
         typer.echo(f"fanbot subagents: {exc}", err=True)
         raise typer.Exit(2) from None
-    deps = Deps.build(settings, client=redis.Redis.from_url(settings.redis_url, socket_timeout=5))
+    deps = Deps.build(settings, client=connect(settings.redis_url, socket_timeout=5, retries=0))
     try:
         deps.redis.ping()
     except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -120,6 +123,7 @@ def info(run: Annotated[str, typer.Argument(help="Run id or unique prefix.")]) -
                 found.session_id, archived_at=found.archived_at
             ),
             archive_at=deps.runs.archive_at(found.run_id),
+            spend=run_spend(deps, found),
         )
         typer.echo(_plain(text) + f"\n• Session: {found.session_key}")
 
@@ -139,3 +143,34 @@ def stop(run: Annotated[str, typer.Argument(help="Run id or unique prefix.")]) -
         verdict = "stopped" if result.ended else "had just ended on its own"
         hard = " (hard stop sent to its worker)" if result.hard_stop_sent else ""
         typer.echo(f"run {found.run_id[:12]} {verdict}{hard}")
+
+
+@app.command()
+def usage(
+    days: Annotated[int, typer.Option(min=1, max=366, help="This many UTC days, today first.")] = 7,
+) -> None:
+    """Spend per UTC day, per thread and per user (main-agent turns and subagent runs)."""
+    with _deps() as deps:
+        now = time.time()
+        lines: list[str] = []
+        for back in range(days):
+            day = utc_day(now - back * 86_400)
+            rows = deps.budgets.day_usage(day)
+            if not rows:
+                continue
+            threads = [spent for kind, _, spent in rows if kind == "thread"]
+            total = Spend(  # every call counts toward exactly one thread
+                tokens=sum(s.tokens for s in threads), usd=sum(s.usd for s in threads)
+            )
+            lines.append(f"{day}  total {spend_text(total, Limits())}")
+            for kind, ident, spent in rows:
+                limit = _daily_limits(deps, kind)
+                lines.append(f"  {kind:<6} {spend_text(spent, limit)}  {ident}")
+        typer.echo("\n".join(lines) if lines else f"no spend recorded in the last {days} day(s)")
+
+
+def _daily_limits(deps: Deps, kind: str) -> Limits:
+    b = deps.settings.budgets
+    if kind == "thread":
+        return Limits(tokens=b.thread_daily_tokens, usd=b.thread_daily_usd)
+    return Limits(tokens=b.user_daily_tokens, usd=b.user_daily_usd)

@@ -163,5 +163,40 @@ class FileChannel(Protocol):
 
 
 @runtime_checkable
+class DeletingChannel(Protocol):
+    """An adapter that can remove a message it posted (every shipped adapter can).
+
+    Used for a status card that ends quietly (a run that announces nothing); where
+    ``delete`` is missing or refused, the card is edited to a neutral line instead.
+    """
+
+    async def delete(self, thread: ThreadRef, message_id: str) -> None:
+        """Remove the message ``message_id`` from ``thread``; raises
+        :class:`bot.errors.DeliveryError` when the platform refused or cannot."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenedThread:
+    """A thread an adapter opened: where it lives and a link people can follow.
+
+    ``link`` is a URL where the platform has one (Slack permalink, Telegram ``t.me``
+    link, Matrix ``matrix.to`` link), else a few words naming it ("topic X").
+    """
+
+    thread: ThreadRef
+    link: str
+
+
+@runtime_checkable
+class ThreadOpener(Protocol):
+    """An adapter that can open a new thread beside ``parent`` (a thread-bound child's):
+    a Telegram forum topic, a Slack top-level message, a Matrix thread root."""
+
+    async def open_thread(self, parent: ThreadRef, title: str) -> OpenedThread:
+        """Open a thread titled ``title`` in ``parent``'s chat; raises
+        :class:`bot.errors.DeliveryError` (``permanent`` when it cannot be done there)."""
+
+
+@runtime_checkable
 class ChannelAdapter(InboundChannel, OutboundChannel, Protocol):
     """One platform connection, owned by the gateway (see the contract above)."""

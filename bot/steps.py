@@ -9,9 +9,9 @@ the agent package to describe how it steers one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from bot.types import Usage
 
@@ -30,6 +30,36 @@ def _ignore(_: Any) -> None:
     return None
 
 
+class CallBudget(Protocol):
+    """Spend limits around each model call (:mod:`bot.runs.budget` implements them)."""
+
+    def before_call(
+        self, *, model: str, messages: Sequence[Message], tools: Sequence[Message]
+    ) -> str | None:
+        """Reserve the call's estimate; raises :class:`bot.errors.BudgetExceeded` when a
+        limit is used up. Returns a warning for the model once a limit is nearly spent."""
+        ...
+
+    def after_call(self, *, model: str, usage: Usage | None) -> None:
+        """Settle the reservation to the real ``usage`` (None: the call failed)."""
+        ...
+
+
+class NoBudget:
+    """No limits and no counting (the default)."""
+
+    def before_call(
+        self, *, model: str, messages: Sequence[Message], tools: Sequence[Message]
+    ) -> str | None:
+        return None
+
+    def after_call(self, *, model: str, usage: Usage | None) -> None:
+        return None
+
+
+NO_BUDGET = NoBudget()
+
+
 @dataclass(kw_only=True)
 class Meter:
     """Running totals of one agent run (mutable on purpose: the caller keeps it, so the
@@ -40,6 +70,27 @@ class Meter:
     tool_calls: int = 0
     last_text: str = ""
     started: float = field(default_factory=time.monotonic)
+    note: str = ""
+    """A standing remark for the status card (a budget warning)."""
+    last_activity: float = field(default_factory=time.monotonic)
+    """``time.monotonic()`` of the last sign of life: a model stream chunk, a tool event, a
+    step (the run's stall watchdog, :mod:`bot.runs.stall`, reads it from another thread)."""
+    activity: str = "started"
+    """What that sign of life was, for the stall note."""
+    in_tool: str = ""
+    """The tool being called now ("" between calls): stalls get the tool limit meanwhile."""
+
+    def touch(self, activity: str, *, tool: str | None = None) -> None:
+        """Record a sign of life; ``tool`` sets (a name) or clears ("") the tool in flight."""
+        self.last_activity = time.monotonic()
+        self.activity = activity
+        if tool is not None:
+            self.in_tool = tool
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the run started."""
+        return time.monotonic() - self.started
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +103,7 @@ class LoopControl:
         record: Called with every message appended to the context (transcript).
         progress: Called with a short status text after each step and tool call.
         deadline: ``time.monotonic()`` value of the soft deadline.
+        budget: Spend limits checked before and settled after each model call.
     """
 
     checkpoint: Callable[[], None] = _nothing
@@ -59,6 +111,7 @@ class LoopControl:
     record: Callable[[Message], None] = _ignore
     progress: Callable[[str], None] = _ignore
     deadline: float | None = None
+    budget: CallBudget = NO_BUDGET
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()

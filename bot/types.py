@@ -22,6 +22,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+FAN_IN_MARK = "[fan-in]"
+"""How a continuation turn's prompt begins (:mod:`bot.runs.join`), so models, scripts and
+logs can tell it from a person's message."""
+
 
 class Platform(enum.StrEnum):
     """Channels fanbot can serve."""
@@ -120,16 +124,41 @@ class Inbound:
     is_edit: bool = False
     event_id: str | None = None
     attachments: tuple[Attachment, ...] = ()
+    callback: str = ""
+    """A button press to answer (a Telegram ``callback_query`` id); ``text`` is then the
+    pressed :class:`Action`'s id, e.g. ``!approve 3f9a``."""
+    reply_thread: str | None = None
+    """The reply thread it belongs to where the platform has them beside ``thread`` (a
+    Telegram supergroup without topics: ``reply:<root message id>``); a thread-bound child's
+    own thread can be one (:mod:`bot.runs.threads`)."""
 
     @property
     def dedupe_id(self) -> str:
         return self.event_id or self.message_id
 
 
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    """A button under a message (approval requests).
+
+    Attributes:
+        id: What pressing it says, as the text a person could type instead
+            (``!approve 3f9a``): adapters hand it back as an :class:`Inbound`'s text.
+        label: The button's caption.
+        style: ``primary``, ``danger`` or "" (Slack colours it; others ignore it).
+    """
+
+    id: str
+    label: str
+    style: str = ""
+
+
 class OutboundKind(enum.StrEnum):
     REPLY = "reply"
     ANNOUNCE = "announce"
     STATUS = "status"
+    OPEN_THREAD = "open_thread"
+    """Not a post: egress asks the adapter to open a child's thread (text: its title)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +175,14 @@ class Outbound:
         attachments: Workspace paths of files to post after the text (egress reads their
             bytes from ``workspace``; the outbox carries only the references).
         workspace: The session key whose workspace holds ``attachments``.
+        traceparent: W3C trace context of the span that wrote it ("" without tracing);
+            the gateway's delivery span continues it.
+        actions: Buttons under the message (an edit with none removes them).
+        callback: Answer this button press instead of posting (Telegram
+            ``answerCallbackQuery``: an alert when ``ephemeral_to`` is set); other
+            platforms post the text as usual.
+        replaces: Idempotency key of an earlier message whose first part this one edits
+            (the platform id is looked up at delivery; a steer receipt's update).
     """
 
     thread: ThreadRef
@@ -156,6 +193,10 @@ class Outbound:
     ephemeral_to: str | None = None
     attachments: tuple[str, ...] = ()
     workspace: str = ""
+    traceparent: str = ""
+    actions: tuple[Action, ...] = ()
+    callback: str = ""
+    replaces: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (the outbox entry); :meth:`from_json` reads it back equal."""
@@ -170,6 +211,14 @@ class Outbound:
         if self.attachments:
             data["attachments"] = list(self.attachments)
             data["workspace"] = self.workspace
+        if self.traceparent:
+            data["traceparent"] = self.traceparent
+        if self.actions:
+            data["actions"] = [dataclasses.asdict(a) for a in self.actions]
+        if self.callback:
+            data["callback"] = self.callback
+        if self.replaces:
+            data["replaces"] = self.replaces
         return data
 
     @classmethod
@@ -184,6 +233,13 @@ class Outbound:
             ephemeral_to=data.get("ephemeral_to"),
             attachments=tuple(str(p) for p in data.get("attachments") or ()),
             workspace=str(data.get("workspace") or ""),
+            traceparent=str(data.get("traceparent") or ""),
+            actions=tuple(
+                Action(id=str(a["id"]), label=str(a["label"]), style=str(a.get("style") or ""))
+                for a in data.get("actions") or ()
+            ),
+            callback=str(data.get("callback") or ""),
+            replaces=str(data.get("replaces") or ""),
         )
 
 
@@ -209,6 +265,21 @@ TERMINAL_STATUSES = frozenset(s for s in RunStatus if s.terminal)
 class Cleanup(enum.StrEnum):
     KEEP = "keep"
     DELETE = "delete"
+
+
+class RunContext(enum.StrEnum):
+    """What a run starts from: only its task, or also the requester's recent messages."""
+
+    ISOLATED = "isolated"
+    FORK = "fork"
+
+
+class ResultFormat(enum.StrEnum):
+    """How a run's result is stored: the final answer's text, or normalized JSON (a type
+    with an ``output_schema``)."""
+
+    TEXT = "text"
+    JSON = "json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,6 +331,29 @@ class RunRecord:
     job_id: str = ""
     warnings: tuple[str, ...] = field(default_factory=tuple)
     archived_at: float | None = None
+    parent_run_id: str = ""
+    """The run that spawned this one ("" = the main agent did: a root, depth 1)."""
+    root_run_id: str = ""
+    """The root of its run tree (its own id for a root)."""
+    depth: int = 1
+    parked_at: float | None = None
+    """Set while an orchestrator waits for its children, or a run for a person's approval,
+    with no job executing it."""
+    approval_id: str = ""
+    """The approval it is (or was last) parked for; "" when it parked for its children."""
+    rounds: int = 0
+    """Fan-in rounds of its own children it has been through."""
+    join_id: str = ""
+    """The fan-in this run belongs to ("" = none): when all its runs end, the main agent
+    gets one continuation turn (:mod:`bot.runs.join`)."""
+    traceparent: str = ""
+    """W3C trace context of the spawn ("" without tracing): the run's job continues it."""
+    context: RunContext = RunContext.ISOLATED
+    result_format: ResultFormat = ResultFormat.TEXT
+    max_tokens: int | None = None
+    """The run's token limit (prompt + completion; None: none of its own)."""
+    max_cost_usd: float | None = None
+    """The run's USD limit (None: none of its own)."""
 
     @property
     def usage(self) -> Usage:

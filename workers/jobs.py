@@ -3,23 +3,42 @@
 The worker launcher calls :func:`warm_up` once in each RQ worker process, so every forked
 work horse inherits ready dependencies: the stores and the model client (whose TLS set-up
 alone costs a few hundred milliseconds per job otherwise). Without it, a job builds its own.
+
+It also does once what every run would do first (openai's lazy chat resources, the price
+table, the sandbox probe, the tools' schemas), then ``gc.freeze()``: a horse's collections
+then skip what it inherited, so they neither take the time to walk it nor copy its pages
+(measured with ``fanbot bench compare``: PSS per running subagent, spawn -> first request).
 """
 
 from __future__ import annotations
 
+import gc
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from bot.agent.llm import ChatModel
+import httpx2
+import openai
+from rq import get_current_job
+
+from bot.agent.compiled import CompiledBody, preload
+from bot.agent.llm import ChatModel, fold_stream
 from bot.agent.subagent import SubagentBody
+from bot.agent.subagent_types import GENERAL_PURPOSE, subagent_types, tools_for_type
+from bot.agent.tools.sandbox import sandbox_status
 from bot.agent.turn import execute_turn
 from bot.config import Settings, load_settings
 from bot.deps import Deps
-from bot.runs.execute import execute_run
-from bot.store.jobs import TurnJob
+from bot.observe import tracing
+from bot.observe.jobs import job_scope
+from bot.prices import table_cost
+from bot.runs.execute import RunBody, execute_run
+from bot.steps import LoopControl, LoopResult, Meter
+from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE, TurnJob
+from bot.types import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +63,59 @@ _warm: list[Worked] = []
 
 
 def warm_up(settings: Settings) -> Deps:
-    """Build the dependencies once in the worker process, before any horse forks."""
+    """Build the dependencies once in the worker process, before any horse forks (and
+    import the compiled types' runnables, so horses inherit them)."""
     _warm[:] = [Worked.build(settings)]
+    for problem in preload(settings):
+        log.warning("%s; its runs will end with an error", problem)
+    tracing.configure(settings, service="worker")  # each horse flushes its spans at the end
+    try:
+        _prepare(_warm[0])
+    except Exception:  # never worth a worker that does not start: the horses do it instead
+        log.warning("warm-up incomplete; each run builds what is missing", exc_info=True)
+    gc.freeze()
     return _warm[0].deps
+
+
+def _prepare(w: Worked) -> None:
+    """What each run would otherwise build in its horse, built here once for all of them."""
+    settings = w.deps.settings
+    _ = w.model.client.chat.completions  # openai imports these, ~27 pydantic classes, lazily
+    "localhost".encode("idna")  # httpx's first URL imports the codec
+    sandbox_status(settings.sandbox)  # a bwrap probe, cached per process
+    for sub_type in subagent_types(settings).values():
+        for tool in tools_for_type(sub_type, settings):
+            tool.schema()
+        # Loads the price table (30 ms, 150 ms in a busy horse) and caches the model's entry.
+        table_cost(sub_type.model or settings.openai.model, prompt_tokens=1, completion_tokens=1)
+    table_cost(settings.openai.model, prompt_tokens=1, completion_tokens=1)
+    _rehearse(tools=[t.schema() for t in tools_for_type(GENERAL_PURPOSE, settings)][:1])
+
+
+_CHUNK = {"id": "warm", "object": "chat.completion.chunk", "created": 0, "model": "warm"}
+_CANNED = [
+    {**_CHUNK, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}]},
+    {**_CHUNK, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c",
+        "type": "function", "function": {"name": "f", "arguments": "{}"}}]}}]},
+    {**_CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
+]  # fmt: skip
+
+
+def _rehearse(*, tools: list[dict[str, Any]]) -> None:
+    """One streamed completion from a canned in-memory answer: openai builds its request
+    transforms and rebuilds its response models (pydantic) on first use, per process."""
+    body = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in _CANNED) + "data: [DONE]\n\n"
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, text=body)
+
+    http = httpx2.Client(transport=httpx2.MockTransport(answer))
+    with openai.OpenAI(base_url="http://warm-up.invalid/v1", api_key="-", http_client=http) as c:
+        request: dict[str, Any] = {"model": "warm", "messages": [{"role": "user", "content": "hi"}]}
+        request |= {"tools": tools, "stream": True, "stream_options": {"include_usage": True}}
+        stream = c.chat.completions.create(**request)
+        fold_stream(stream, limit=100)
 
 
 @contextmanager
@@ -64,13 +133,53 @@ def _worked() -> Iterator[Worked]:
 def run_turn(payload: dict[str, Any]) -> dict[str, Any]:
     """Main-agent turn for one inbound message (queue ``turns``)."""
     job = TurnJob.model_validate(payload)
-    with _worked() as w:
+    with _worked() as w, job_scope(w.deps, **_turn_scope(job)):
         text = execute_turn(w.deps, w.model, job)
     return {"session_key": job.session_key, "chars": len(text)}
 
 
 def run_subagent(run_id: str) -> dict[str, Any]:
     """One subagent run (queue ``subagents``); the run hash holds the truth."""
-    with _worked() as w:
-        status = execute_run(w.deps, run_id, SubagentBody(deps=w.deps, model=w.model))
+    with _worked() as w, job_scope(w.deps, queue=SUBAGENTS_QUEUE, run_id=run_id):
+        status = execute_run(w.deps, run_id, _body(w))
     return {"run_id": run_id, "status": status}
+
+
+def resume_subagent(run_id: str, join_id: str, approval_id: str = "") -> dict[str, Any]:
+    """A parked run goes on (queue ``subagents``): an orchestrator once its children ended
+    (``join_id``), or a run whose tool call a person decided (``approval_id``)."""
+    with _worked() as w, job_scope(w.deps, queue=SUBAGENTS_QUEUE, run_id=run_id):
+        if approval_id:
+            body = SubagentBody(deps=w.deps, model=w.model, resume_approval=approval_id)
+        elif not w.deps.joins.start(join_id):  # /stop cancelled it, or it already resumed
+            return {"run_id": run_id, "status": "not resumed"}
+        else:
+            body = SubagentBody(deps=w.deps, model=w.model, resume_join=join_id)
+        status = execute_run(w.deps, run_id, body, resume=True)
+    return {"run_id": run_id, "status": status}
+
+
+def _turn_scope(job: TurnJob) -> dict[str, Any]:
+    current = get_current_job()
+    created = current.created_at if current is not None else None
+    return {
+        "queue": TURNS_QUEUE,
+        "session_key": job.session_key,
+        "traceparent": job.traceparent,
+        "enqueued_at": created.timestamp() if created is not None else None,
+    }
+
+
+def _body(w: Worked) -> RunBody:
+    """The run's body by its type: a compiled type's runnable, else the model's tool loop."""
+
+    def body(record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
+        sub_type = subagent_types(w.deps.settings).get(record.subagent_type)
+        chosen: RunBody = (
+            CompiledBody(deps=w.deps)
+            if sub_type is not None and sub_type.runnable
+            else SubagentBody(deps=w.deps, model=w.model)
+        )
+        return chosen(record, control=control, meter=meter)
+
+    return body

@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -25,12 +26,13 @@ from bot import failpoints
 from bot.config import Settings, load_settings
 from bot.deps import Deps
 from bot.logs import configure as configure_logging
-from bot.preflight import require_redis
+from bot.observe.serve import serve_worker_endpoints
+from bot.redis_watch import RedisWatch, wait_until_reachable
 from bot.runs.stop import stop_run
 from bot.store.connect import connect
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE
 from workers import jobs
-from workers.callbacks import horse_killed
+from workers.callbacks import horse_killed, worker_died
 from workers.maintenance import maintenance_loop
 
 log = logging.getLogger("fanbot.worker")
@@ -40,6 +42,10 @@ RESTART_BACKOFF = 1.0
 EARLY_EXIT_SECONDS = 10.0
 """A worker that exits sooner than this after its start did not really start."""
 GIVE_UP_AFTER_EARLY_EXITS = 3
+
+
+def _host_pid() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -61,7 +67,14 @@ def run_single(
     if parent_pid is not None:
         threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     failpoints.hit("worker.start")  # lets a test make every worker fail at start
+    who = f"worker pid {os.getpid()}"
+    if not wait_until_reachable(settings.redis_url, who=who):
+        return
     deps = jobs.warm_up(settings)
+    watch = RedisWatch(
+        url=settings.redis_url, who=who, probe_key=deps.keys.redis_probe(_host_pid())
+    )
+    watch.start()
     conn = connect(settings.redis_url)
     worker = FanbotWorker(
         [Queue(q, connection=conn, serializer=JSONSerializer) for q in queues],
@@ -70,7 +83,10 @@ def run_single(
         work_horse_killed_handler=horse_killed,
     )
     worker.deps = deps
-    worker.work(burst=burst, logging_level=settings.log_level, with_scheduler=False)
+    try:
+        worker.work(burst=burst, logging_level=settings.log_level, with_scheduler=False)
+    finally:
+        watch.stop()
 
 
 class FanbotWorker(Worker):
@@ -120,18 +136,36 @@ def run_pool(
     queues: Sequence[str],
     maintenance: bool = True,
     parent_pid: int | None = None,
+    metrics_port: int = 0,
+    metrics_host: str = "127.0.0.1",
 ) -> int:
     """Supervise ``count`` workers (and the maintenance sweep) until SIGTERM/SIGINT."""
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
+    who = f"worker launcher pid {os.getpid()}"
+    # Say what is missing before starting workers that could only wait for it too.
+    if not wait_until_reachable(settings.redis_url, who=who, stop=stopping):
+        return 0
     deps = Deps.build(settings)
+    watch = RedisWatch(
+        url=settings.redis_url, who=who, probe_key=deps.keys.redis_probe(_host_pid())
+    )
+    watch.start()
     sweeper = threading.Thread(
-        target=maintenance_loop, args=(deps, stopping), name="maintenance", daemon=True
+        target=maintenance_loop,
+        args=(deps, stopping),
+        kwargs={"steady": watch.steady_for},
+        name="maintenance",
+        daemon=True,
     )
     if maintenance:
         sweeper.start()
     children = [_spawn(queues) for _ in range(count)]
+    http = serve_worker_endpoints(
+        deps, host=metrics_host, port=metrics_port, expected=count,
+        pids=lambda: [c.pid for c in children if c.poll() is None],
+    )  # fmt: skip
     started = [time.monotonic()] * count
     early_exits, code = 0, 0
     log.info("started %d worker(s) on %s (pids %s)", count, queues, [c.pid for c in children])
@@ -155,11 +189,15 @@ def run_pool(
                 stopping.set()
                 code = 1
                 break
+            worker_died(deps, child.pid)  # its run now, not when its heartbeat expires
             log.warning("worker pid %s exited with %s; restarting", child.pid, child.returncode)
             time.sleep(RESTART_BACKOFF)
             children[i], started[i] = _spawn(queues), time.monotonic()
     sub = settings.subagents
     _shutdown(children, sub.shutdown_grace_seconds + sub.hard_kill_grace_seconds + 15)
+    watch.stop()
+    if http is not None:
+        http.shutdown()
     deps.close()
     return code
 
@@ -198,19 +236,28 @@ def parser() -> argparse.ArgumentParser:
         "--no-maintenance", action="store_true", help="no reaper/archiver sweep in this launcher"
     )
     p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve /metrics, /healthz and /readyz on this port (default 0: off)",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address to serve them on (default 127.0.0.1)"
+    )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, check the configuration and Redis, then run.
 
+    Redis that does not answer yet is waited for, a line per attempt.
+
     Raises:
-        ConfigError: The configuration is invalid.
-        RedisUnavailable: Redis does not answer (the launcher would restart workers forever).
+        ConfigError: The configuration is invalid, or Redis refused its credentials.
     """
     args = parser().parse_args(argv)
     settings = load_settings()
-    require_redis(settings.redis_url)
     configure_logging(settings)
     queues = [q for q in args.queues.split(",") if q]
     if args.single or args.burst:
@@ -222,4 +269,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         queues=queues,
         maintenance=not args.no_maintenance,
         parent_pid=args.parent_pid,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )

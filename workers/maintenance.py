@@ -1,4 +1,6 @@
-"""Maintenance: the reaper (dead runs end ``unknown``), the repair of jobs RQ lost (queued
+"""Maintenance: the reaper (dead runs end ``unknown``; runs parked for a fan-in or an
+approval are left alone), approvals nobody answered in time (denied), fan-ins a dead process left
+(:mod:`bot.runs.join`), the repair of jobs RQ lost (queued
 in no queue, or holding a concurrency slot for nobody: :mod:`workers.repair`), hard-stop
 re-sends and the archiver.
 
@@ -11,12 +13,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from rq.job import JobStatus
 
 from bot.deps import Deps
+from bot.runs.approvals import expire_due
 from bot.runs.finalize import finalize_run
-from bot.runs.stop import resend_hard_stops
+from bot.runs.join import dispatch_due, seal_abandoned
+from bot.runs.line import admit_next, after_slot_freed, show_places
+from bot.runs.schedules import fire_due
+from bot.runs.stop import resend_hard_stops, stop_orphans
 from bot.types import RunRecord, RunStatus
 from workers.repair import repair_jobs
 
@@ -45,6 +52,8 @@ def reap(deps: Deps, *, now: float | None = None) -> list[str]:
 
 def _verdict(deps: Deps, record: RunRecord, now: float) -> tuple[RunStatus, str] | None:
     stale = deps.settings.subagents.stale_after_seconds
+    if record.status is RunStatus.RUNNING and record.parked_at is not None:
+        return None  # waits for its children with no job: their fan-in resumes it
     if record.status is RunStatus.RUNNING:
         started = record.started_at or record.created_at
         if now - started > stale and not deps.runs.heartbeat_alive(record.run_id):
@@ -61,8 +70,8 @@ def _verdict(deps: Deps, record: RunRecord, now: float) -> tuple[RunStatus, str]
 
 
 def _refill_slots(deps: Deps) -> None:
-    """Finalize freed RQ slots of dead jobs; let waiting runs take them now, not in minutes."""
-    deps.jobs.refill_subagent_slots(deps.settings.subagents.max_concurrent)
+    """Let waiting runs take the slots of the runs just reaped, now rather than next pass."""
+    after_slot_freed(deps)
 
 
 def archive_due(deps: Deps, *, now: float | None = None) -> list[str]:
@@ -82,22 +91,44 @@ def archive_due(deps: Deps, *, now: float | None = None) -> list[str]:
     return archived
 
 
-def sweep(deps: Deps) -> None:
-    """One maintenance pass, if no other host holds the lock right now."""
+def sweep(deps: Deps, *, steady: Callable[[], float] | None = None) -> None:
+    """One maintenance pass, if no other host holds the lock right now.
+
+    ``steady`` (seconds Redis has taken writes without a break, e.g.
+    :meth:`bot.redis_watch.RedisWatch.steady_for`) holds back liveness verdicts (reaper,
+    abandoned fan-ins, lost jobs) until the runs have had ``stale_after_seconds`` to
+    heartbeat again after an outage (a Sentinel failover pauses writes for about ten
+    seconds). It is asked after the lock is taken: that write may have waited out an outage.
+    """
     interval = deps.settings.subagents.heartbeat_seconds
     if not deps.leases.take_maintenance(seconds=interval):
         return
-    reap(deps)
-    repair_jobs(deps)
+    stale = deps.settings.subagents.stale_after_seconds
+    judge_liveness = steady is None or steady() >= stale
+    if judge_liveness:
+        reap(deps)
+        stop_orphans(deps)
+        seal_abandoned(deps)
+    dispatch_due(deps)
+    if judge_liveness:
+        repair_jobs(deps)
+    if admit_next(deps):  # a slot whose admitter died before it could admit: not lost
+        show_places(deps)
+    deps.jobs.fair.prune()
     resend_hard_stops(deps)
+    expire_due(deps)  # no answer in time means deny: the run goes on with the denial
     archive_due(deps)
+    fire_due(deps)  # each tick once across workers: the store's claim decides
 
 
-def maintenance_loop(deps: Deps, stop: threading.Event) -> None:
-    """Sweep every heartbeat interval until ``stop`` is set; errors are logged, not fatal."""
+def maintenance_loop(
+    deps: Deps, stop: threading.Event, *, steady: Callable[[], float] | None = None
+) -> None:
+    """Sweep every heartbeat interval until ``stop`` is set; errors are logged, not fatal.
+    ``steady``: see :func:`sweep`."""
     interval = deps.settings.subagents.heartbeat_seconds
     while not stop.wait(interval):
         try:
-            sweep(deps)
+            sweep(deps, steady=steady)
         except Exception:  # Redis restarts and the like: keep sweeping
             log.warning("maintenance sweep failed", exc_info=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from bot.agent.llm import ChatModel
 from bot.deps import Deps
+from bot.runs.join import JoinPlan
 from bot.types import ThreadRef
 
 
@@ -24,6 +25,8 @@ class ToolContext:
         model: The model client, for tools that ask the endpoint (e.g. its model list).
         run_id: Set when the caller is a subagent run.
         spawned: Run ids spawned during this turn (bounded per turn).
+        join: The fan-in this turn's spawns wait in (None: no continuation will follow).
+        chain_exhausted: Fan-in is on but this turn is the last round of its chain.
     """
 
     deps: Deps
@@ -35,6 +38,8 @@ class ToolContext:
     model: ChatModel | None = None
     run_id: str | None = None
     spawned: list[str] = field(default_factory=list)
+    join: JoinPlan | None = None
+    chain_exhausted: bool = False
 
     @property
     def workspace(self) -> str:

@@ -18,6 +18,7 @@ import openai
 
 from bot.clip import cut_note
 from bot.config import OpenAISettings
+from bot.observe.scope import model_call as observe_model_call
 from bot.types import Usage
 
 OFFLINE_BASE_URL_HINT = "no model endpoint configured"
@@ -111,8 +112,10 @@ class ChatModel:
         timeout: float | None = None,
         budget: float | None = None,
         on_text: Callable[[int], None] | None = None,
+        on_chunk: Callable[[], None] | None = None,
     ) -> Completion:
-        """Run one streamed completion; ``on_text`` gets the running count of text chars.
+        """Run one streamed completion; ``on_text`` gets the running count of text chars,
+        ``on_chunk`` is called for every chunk (text, tool call, usage: a sign of life).
 
         ``timeout`` bounds each HTTP attempt; ``budget`` (seconds left before the run's
         deadline) bounds the SDK's retries to the attempts that still fit in it.
@@ -134,8 +137,13 @@ class ChatModel:
         retries = retries_within(budget, kwargs["timeout"], self.settings.max_retries)
         if retries != self.settings.max_retries:
             client = client.with_options(max_retries=retries)
-        stream = client.chat.completions.create(**kwargs)
-        return fold_stream(stream, on_text, limit=self.settings.max_reply_chars)
+        with observe_model_call(model) as call:  # a span, tokens and cost for the metrics
+            stream = client.chat.completions.create(**kwargs)
+            completion = fold_stream(
+                call.watch(stream), on_text, limit=self.settings.max_reply_chars, on_chunk=on_chunk
+            )
+            call.usage = completion.usage
+        return completion
 
     def known_models(self) -> frozenset[str] | None:
         """Model ids the endpoint lists (cached); None if it cannot say."""
@@ -181,16 +189,23 @@ class _CallSlot:
 
 
 def fold_stream(
-    stream: Any, on_text: Callable[[int], None] | None = None, *, limit: int
+    stream: Any,
+    on_text: Callable[[int], None] | None = None,
+    *,
+    limit: int,
+    on_chunk: Callable[[], None] | None = None,
 ) -> Completion:
     """Fold chat-completion chunks into one :class:`Completion`, keeping at most ``limit``
-    characters of text and of each call's arguments (``on_text`` gets the running count)."""
+    characters of text and of each call's arguments (``on_text`` gets the running count;
+    ``on_chunk`` is called for every chunk)."""
     text = _Capped(limit=limit)
     calls: dict[int, _CallSlot] = {}
     usage = Usage()
     finish = ""
     with stream:
         for chunk in stream:
+            if on_chunk:
+                on_chunk()
             if chunk.usage is not None:
                 usage = Usage(
                     prompt_tokens=chunk.usage.prompt_tokens or 0,

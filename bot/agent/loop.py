@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bot.agent.context import ToolContext
 from bot.agent.llm import ChatModel, ToolCallRequest
 from bot.agent.tools import Tool, execute_tool
 from bot.errors import RunDeadline
+from bot.observe import tracing
 from bot.steps import LoopControl, LoopResult, Message, Meter
 
 log = logging.getLogger(__name__)
 
 ARG_PREVIEW_CHARS = 40
 
-__all__ = ["LoopControl", "LoopResult", "Meter", "run_loop"]
+__all__ = ["Gate", "LoopControl", "LoopResult", "Meter", "run_calls", "run_loop"]
+
+Gate = Callable[[Sequence[ToolCallRequest]], None]
+"""Asked before each tool call with it and the calls of the same step after it; raises
+(:class:`~bot.errors.RunParked`) to stop the loop before the call runs (approvals)."""
 
 
 def run_loop(
@@ -40,21 +44,29 @@ def run_loop(
     control: LoopControl | None = None,
     thinking: str = "",
     max_tool_chars: int = 20_000,
+    gate: Gate | None = None,
 ) -> LoopResult:
     """Drive the model until it answers without tool calls or ``max_steps`` is reached."""
     control = control or LoopControl()
-    by_name = {t.name: t for t in tools}
     schemas = [t.schema() for t in tools]
     for _ in range(max_steps):
         _before_step(control, messages)
-        completion = model.complete(
-            model=model_name,
-            messages=messages,
-            tools=schemas,
-            thinking=thinking,
-            timeout=_request_timeout(control, model.settings.request_timeout),
-            budget=control.remaining(),
-        )
+        _budget_warning(control, messages, meter, model_name, schemas)
+        meter.touch("model call sent")
+        try:
+            completion = model.complete(
+                model=model_name,
+                messages=messages,
+                tools=schemas,
+                thinking=thinking,
+                timeout=_request_timeout(control, model.settings.request_timeout),
+                budget=control.remaining(),
+                on_chunk=lambda: meter.touch("model output"),
+            )
+        except BaseException:
+            control.budget.after_call(model=model_name, usage=None)
+            raise
+        control.budget.after_call(model=model_name, usage=completion.usage)
         meter.usage += completion.usage
         meter.steps += 1
         if completion.cut_chars:
@@ -67,13 +79,43 @@ def run_loop(
         if not completion.tool_calls:
             control.progress(_status(meter, "answering"))
             return LoopResult(text=completion.content, complete=True)
-        for call in completion.tool_calls:
-            control.checkpoint()
-            meter.tool_calls += 1
-            control.progress(_status(meter, f"🔧 {call.name}{short_args(call.arguments)}"))
-            result = _run_call(by_name, call, ctx, max_tool_chars)
-            _append(messages, {"role": "tool", "tool_call_id": call.id, "content": result}, control)
+        run_calls(
+            completion.tool_calls,
+            tools=tools,
+            ctx=ctx,
+            messages=messages,
+            meter=meter,
+            control=control,
+            max_tool_chars=max_tool_chars,
+            gate=gate,
+        )
     return LoopResult(text=meter.last_text, complete=False)
+
+
+def run_calls(
+    calls: Sequence[ToolCallRequest],
+    *,
+    tools: Sequence[Tool],
+    ctx: ToolContext,
+    messages: list[Message],
+    meter: Meter,
+    control: LoopControl,
+    max_tool_chars: int,
+    gate: Gate | None = None,
+) -> None:
+    """Run one step's tool calls in order, appending each result (a resumed run calls it
+    with the calls left of its step)."""
+    by_name = {t.name: t for t in tools}
+    for index, call in enumerate(calls):
+        control.checkpoint()
+        if gate is not None:
+            gate(calls[index:])
+        meter.tool_calls += 1
+        control.progress(_status(meter, f"🔧 {call.name}{short_args(call.arguments)}"))
+        meter.touch(f"tool {call.name} started", tool=call.name)
+        result = _run_call(by_name, call, ctx, max_tool_chars)
+        meter.touch(f"tool {call.name} finished", tool="")
+        _append(messages, {"role": "tool", "tool_call_id": call.id, "content": result}, control)
 
 
 def _run_call(
@@ -85,9 +127,10 @@ def _run_call(
             f"error: the arguments for {call.name} were too long ({kept + call.cut_chars:,} "
             f"characters; the limit is {kept:,}) and were cut, so the call did not run"
         )
-    return execute_tool(
-        by_name, name=call.name, arguments=call.arguments, ctx=ctx, max_chars=max_chars
-    )
+    with tracing.span(f"execute_tool {call.name}", {"gen_ai.tool.name": call.name}):
+        return execute_tool(
+            by_name, name=call.name, arguments=call.arguments, ctx=ctx, max_chars=max_chars
+        )
 
 
 def _before_step(control: LoopControl, messages: list[Message]) -> None:
@@ -95,6 +138,22 @@ def _before_step(control: LoopControl, messages: list[Message]) -> None:
     for note in control.steering():
         text = f"[Message from the requester while you work] {note}"
         _append(messages, {"role": "user", "content": text}, control)
+
+
+def _budget_warning(
+    control: LoopControl,
+    messages: list[Message],
+    meter: Meter,
+    model_name: str,
+    schemas: list[Message],
+) -> None:
+    """Reserve the next call's spend; a nearly spent limit adds a system note to it and
+    stands on the status card (raises :class:`~bot.errors.BudgetExceeded` when spent)."""
+    warning = control.budget.before_call(model=model_name, messages=messages, tools=schemas)
+    if warning:
+        meter.note = warning
+        _append(messages, {"role": "system", "content": warning}, control)
+        control.progress(_status(meter, "⚠️ nearing its budget"))
 
 
 def _append(messages: list[Message], message: Message, control: LoopControl) -> None:
@@ -129,6 +188,5 @@ def short_args(arguments: str, limit: int = ARG_PREVIEW_CHARS) -> str:
 
 
 def _status(meter: Meter, doing: str) -> str:
-    elapsed = int(time.monotonic() - meter.started)
-    tokens = meter.usage.total
-    return f"step {meter.steps} · {doing} · {tokens} tokens · {elapsed}s"
+    """``step 3 · 🔧 search(…) · 1200 tokens`` (the run adds its tool count and time)."""
+    return f"step {meter.steps} · {doing} · {meter.usage.total} tokens"

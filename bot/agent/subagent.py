@@ -1,29 +1,51 @@
 """The work of a subagent run: its context, its tools and the tool loop.
 
-Fresh context: the type's system prompt plus the task as the only user message; a
-follow-up (same child session) continues its transcript instead. The run lifecycle
-(:mod:`bot.runs.execute`) calls :class:`SubagentBody` with the hooks and the meter, and
-maps how it ends; model failures surface as :class:`~bot.errors.ModelCallFailed`.
+Fresh context: the type's system prompt plus the task as the only user message. A forked
+run (``context: fork``) first sees the requester session's recent history as it stands when
+the run starts: its last :data:`FORK_MAX_MESSAGES` user and assistant messages, at most
+:data:`FORK_MAX_CHARS` characters together (newest kept). A follow-up (same child session)
+continues its transcript instead.
+
+A type with an ``output_schema`` must answer with matching JSON (:mod:`bot.agent.structured`):
+one correction turn when it does not, then the run fails with the raw answer as its result.
+
+The run lifecycle (:mod:`bot.runs.execute`) calls :class:`SubagentBody` with the hooks and
+the meter, and maps how it ends; model failures surface as
+:class:`~bot.errors.ModelCallFailed`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import openai
 
+from bot.agent import structured
 from bot.agent.context import ToolContext
-from bot.agent.llm import ChatModel
-from bot.agent.loop import run_loop
+from bot.agent.llm import ChatModel, ToolCallRequest
+from bot.agent.loop import Gate, run_calls, run_loop
 from bot.agent.model_errors import model_error_text
+from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import subagent_types, tools_for_type
+from bot.agent.tools import Tool
+from bot.clip import clip
 from bot.deps import Deps
-from bot.errors import ModelCallFailed
+from bot.errors import ModelCallFailed, RunFailed, RunParked
+from bot.runs.approvals import denied_result, needs_approval, park_for
 from bot.runs.catalog import system_prompt
+from bot.runs.join import continuation_prompt, may_nest, plan_run_join
+from bot.runs.render import ANNOUNCE_SKIP
 from bot.runs.send import continuation
 from bot.steps import LoopControl, LoopResult, Meter
-from bot.types import RunRecord
+from bot.store.approvals import ApprovalState, PendingCall
+from bot.types import RunContext, RunRecord
+
+FORK_MAX_MESSAGES = 20
+FORK_MAX_CHARS = 24_000
+Message = dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,14 +55,29 @@ class SubagentBody:
     Attributes:
         deps: Stores and settings.
         model: The model client.
+        resume_join: Set when a parked orchestrator resumes: the fan-in of its children
+            whose results it goes on with.
+        resume_approval: Set when a run parked for a tool call's approval resumes: the
+            decided approval (the call runs or gets its denial, then the loop goes on).
     """
 
     deps: Deps
     model: ChatModel
+    resume_join: str = ""
+    resume_approval: str = ""
 
     def __call__(self, record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
         deps = self.deps
-        messages = self._context(record)
+        sub_type = subagent_types(deps.settings)[record.subagent_type]
+        system = system_prompt(deps.settings, record.subagent_type)
+        if sub_type.output_schema is not None:
+            system += structured.instructions(sub_type.output_schema)
+        if self.resume_join:
+            messages = resumed_messages(deps, record, self.resume_join)
+        elif self.resume_approval:
+            messages = deps.transcripts.read(record.session_id)
+        else:
+            messages = start_messages(deps, record, system=system)
         ctx = ToolContext(
             deps=deps,
             session_key=record.child_session_key,
@@ -50,20 +87,57 @@ class SubagentBody:
             workspace_key=record.session_key,
             model=self.model,
             run_id=record.run_id,
+            join=plan_run_join(deps.settings, record, record.rounds),
         )
-        sub_type = subagent_types(deps.settings)[record.subagent_type]
-        try:
+        tools = tools_for_type(sub_type, deps.settings)
+        if may_nest(deps.settings, record):
+            tools += [t.configured(deps.settings) for t in SESSION_TOOLS_LIST if t.name in NEST]
+        max_steps = deps.settings.openai.max_steps
+
+        def gate(calls: Sequence[ToolCallRequest]) -> None:
+            if needs_approval(deps.settings, sub_type, calls[0].name):
+                pending = [PendingCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls]
+                park_for(deps, record, pending, text=meter.last_text)
+
+        def loop(steps: int) -> LoopResult:
             return run_loop(
                 model=self.model,
                 model_name=record.model,
                 messages=messages,
-                tools=tools_for_type(sub_type, deps.settings),
+                tools=tools,
                 ctx=ctx,
-                max_steps=deps.settings.openai.max_steps,
+                max_steps=steps,
                 meter=meter,
                 control=control,
                 thinking=record.thinking,
                 max_tool_chars=deps.settings.subagents.max_result_chars,
+                gate=gate,
+            )
+
+        def next_round(rounds: int) -> LoopResult:
+            nonlocal ctx
+            ctx = dataclasses.replace(
+                ctx, join=plan_run_join(deps.settings, record, rounds), spawned=[]
+            )
+            return loop(max(1, max_steps - meter.steps))
+
+        try:
+            if self.resume_approval:
+                _decided_step(
+                    deps, self.resume_approval, gate=gate, tools=tools, ctx=ctx,
+                    messages=messages, meter=meter, control=control,
+                )  # fmt: skip
+            result = loop(max_steps)
+            if ctx.join is not None:
+                result = _children(deps, record, ctx, result, messages, control, next_round)
+            if sub_type.output_schema is None:
+                return result
+            return _structured(
+                sub_type.output_schema,
+                result,
+                lambda: loop(max(1, max_steps - meter.steps)),  # the one correction turn
+                messages,
+                control,
             )
         except openai.APIError as exc:
             base_url = str(self.model.client.base_url)
@@ -71,16 +145,160 @@ class SubagentBody:
             timed_out = isinstance(exc, openai.APITimeoutError)
             raise ModelCallFailed(text, timed_out=timed_out) from exc
 
-    def _context(self, record: RunRecord) -> list[dict[str, Any]]:
-        """The run's starting messages, written to its transcript as they are new."""
-        transcripts = self.deps.transcripts
-        prior = transcripts.read(record.session_id)
-        if prior:  # a follow-up: the child session goes on
-            messages = continuation(prior, record.task)
-            transcripts.append(record.session_id, messages[-1])
-            return messages
-        system = system_prompt(self.deps.settings, record.subagent_type)
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": record.task}]
-        for message in messages:
-            transcripts.append(record.session_id, message)
+
+def _decided_step(
+    deps: Deps,
+    approval_id: str,
+    *,
+    gate: Gate,
+    tools: Sequence[Tool],
+    ctx: ToolContext,
+    messages: list[Message],
+    meter: Meter,
+    control: LoopControl,
+) -> None:
+    """Finish the step a run parked in: the decided call runs (with the approved
+    arguments) or gets its denial as result, then the calls after it run through the gate."""
+    approval = deps.approvals.get(approval_id)
+    if approval is None:
+        raise RunFailed(f"approval {approval_id} is gone; the run cannot go on")
+    limit = deps.settings.subagents.max_result_chars
+    call = approval.call
+    if approval.state is ApprovalState.APPROVED:
+        decided = [ToolCallRequest(id=call.id, name=call.name, arguments=approval.arguments)]
+        run_calls(decided, tools=tools, ctx=ctx, messages=messages, meter=meter,
+                  control=control, max_tool_chars=limit)  # fmt: skip
+    else:
+        denial = {"role": "tool", "tool_call_id": call.id, "content": denied_result(approval)}
+        messages.append(denial)
+        control.record(denial)
+    rest = [
+        ToolCallRequest(id=c.id, name=c.name, arguments=c.arguments) for c in approval.calls[1:]
+    ]
+    run_calls(rest, tools=tools, ctx=ctx, messages=messages, meter=meter, control=control,
+              max_tool_chars=limit, gate=gate)  # fmt: skip
+
+
+NEST = frozenset({"sessions_spawn"})
+"""The session tools an orchestrator run gets (below the depth limit)."""
+
+
+def _children(
+    deps: Deps,
+    record: RunRecord,
+    ctx: ToolContext,
+    result: LoopResult,
+    messages: list[Message],
+    control: LoopControl,
+    next_round: Callable[[int], LoopResult],
+) -> LoopResult:
+    """An orchestrator answered: while children it spawned this round still run, park
+    (:class:`~bot.errors.RunParked`: its fan-in resumes it); if they all ended already, go
+    on here with their results."""
+    rounds = record.rounds
+    while ctx.join is not None and ctx.spawned:
+        join = deps.joins.get(ctx.join.join_id)
+        if join is None or not join.run_ids:
+            break  # it spawned with join=false only
+        if not deps.joins.seal(join.join_id):
+            raise RunParked(result.text, rounds=rounds + 1)
+        deps.joins.start(join.join_id)  # every child ended already: no need to park
+        rounds += 1
+        prompt = {"role": "user", "content": continuation_prompt(deps, join, [])}
+        messages.append(prompt)
+        control.record(prompt)
+        result = next_round(rounds)
+    return result
+
+
+def resumed_messages(deps: Deps, record: RunRecord, join_id: str) -> list[Message]:
+    """A parked orchestrator's context when its fan-in resumes it: its transcript, then its
+    children's statuses and results."""
+    join = deps.joins.get(join_id)
+    prompt = continuation_prompt(deps, join, []) if join is not None else "(no results)"
+    messages = continuation(deps.transcripts.read(record.session_id), prompt)
+    deps.transcripts.append(record.session_id, messages[-1])
+    return messages
+
+
+def start_messages(deps: Deps, record: RunRecord, *, system: str | None) -> list[Message]:
+    """The run's starting messages, written to its transcript as they are new: ``system``
+    (if any), the forked history (``context: fork``), the task; a follow-up continues its
+    child session's transcript instead."""
+    transcripts = deps.transcripts
+    prior = transcripts.read(record.session_id)
+    if prior:  # a follow-up: the child session goes on
+        messages = continuation(prior, record.task)
+        transcripts.append(record.session_id, messages[-1])
         return messages
+    messages = [{"role": "system", "content": system}] if system else []
+    task = record.task
+    if record.context is RunContext.FORK:
+        forked = fork_messages(deps.history.load(record.session_key))
+        messages += forked
+        if forked:
+            task = FORK_TASK.format(task=task)
+    messages.append({"role": "user", "content": task})
+    for message in messages:
+        transcripts.append(record.session_id, message)
+    return messages
+
+
+FORK_TASK = (
+    "The messages above are the conversation you were started from, for context only "
+    "(you cannot reply to it). Your task:\n{task}"
+)
+
+
+def fork_messages(
+    history: Sequence[Mapping[str, Any]],
+    *,
+    max_messages: int = FORK_MAX_MESSAGES,
+    max_chars: int = FORK_MAX_CHARS,
+) -> list[Message]:
+    """The newest user and assistant messages of ``history`` (pure): at most
+    ``max_messages`` of them and ``max_chars`` characters together; the newest one is
+    clipped to fit rather than dropped."""
+    kept: list[Message] = []
+    budget = max_chars
+    for message in reversed(history):
+        content = message.get("content")
+        if message.get("role") not in ("user", "assistant") or not isinstance(content, str):
+            continue
+        if not content.strip():
+            continue
+        if len(kept) >= max_messages or budget <= 0 or (kept and len(content) > budget):
+            break
+        content = clip(content, budget) if len(content) > budget else content
+        kept.append({"role": message["role"], "content": content})
+        budget -= len(content)
+    return kept[::-1]
+
+
+def _structured(
+    schema: Mapping[str, Any],
+    result: LoopResult,
+    again: Callable[[], LoopResult],
+    messages: list[Message],
+    control: LoopControl,
+) -> LoopResult:
+    """``result`` checked against ``schema``: normalized JSON, after at most one correction
+    turn (``again``); :class:`RunFailed` with the raw answer when it still does not match."""
+    if result.complete and result.text.strip() == ANNOUNCE_SKIP:
+        return result
+    checked = structured.check(schema, result.text)
+    if not checked.ok and result.complete:
+        note = {"role": "user", "content": structured.correction(str(checked.problem))}
+        messages.append(note)
+        control.record(note)
+        result = again()
+        checked = structured.check(schema, result.text)
+    if not result.complete:
+        raise RunFailed("step limit reached before a structured answer", result=result.text)
+    if not checked.ok:
+        raise RunFailed(
+            f"the answer does not match the type's output_schema after one correction: "
+            f"{checked.problem}",
+            result=result.text,
+        )
+    return LoopResult(text=structured.normalized(checked.value), complete=True)

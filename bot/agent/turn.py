@@ -24,7 +24,10 @@ from bot.agent.tools import Tool
 from bot.clip import clip_markdown
 from bot.config import Settings
 from bot.deps import Deps
-from bot.errors import RunInterrupted
+from bot.errors import BudgetExceeded, RunInterrupted
+from bot.observe import tracing
+from bot.runs.budget import over_daily, turn_guard
+from bot.runs.join import JoinPlan, chain_exhausted, continuation_prompt, plan_join, seal_join
 from bot.sessions import qualified_user
 from bot.store.jobs import TurnJob
 from bot.store.streams import put_outbound
@@ -35,11 +38,16 @@ log = logging.getLogger(__name__)
 DEFAULT_SYSTEM_PROMPT = (
     "You are fanbot, a helpful assistant in a team chat thread. Answer directly when you "
     "can. For bigger or parallelizable work, call sessions_spawn once per independent task "
-    "(several calls in one response run in parallel); each subagent announces its result in "
-    "this thread by itself, so after spawning reply briefly and do not wait or repeat the "
-    "results. Results of earlier subagents appear in the conversation as notes. Keep "
-    "answers concise and use Markdown."
+    "(several calls in one response run in parallel). After spawning, reply in one short "
+    "line and stop: do not wait. {fan_in} Results of subagents appear in the conversation "
+    "as notes. Keep answers concise and use Markdown."
 )
+FAN_IN_ON = (
+    "When every run you started with join=true has ended, you get one follow-up turn with "
+    "their results: then reconcile them into one answer (or spawn the next step)."
+)
+FAN_IN_OFF = "Each subagent announces its result in this thread by itself; do not repeat it."
+STOPPED_IN_MODEL_CALL = "⏹️ Stopped while waiting for the model."
 
 
 def main_agent_tools(settings: Settings, agent_id: str) -> list[Tool]:
@@ -48,17 +56,29 @@ def main_agent_tools(settings: Settings, agent_id: str) -> list[Tool]:
     return policy.main_agent_tools(settings, agent_id, pool)
 
 
+def system_prompt(settings: Settings, agent_id: str) -> str:
+    """The agent's configured prompt, else the default one for the fan-in mode."""
+    configured = settings.agent(agent_id).system_prompt
+    if configured:
+        return configured
+    fan_in = FAN_IN_OFF if settings.subagents.announce == "cards" else FAN_IN_ON
+    return DEFAULT_SYSTEM_PROMPT.format(fan_in=fan_in)
+
+
 def execute_turn(deps: Deps, model: ChatModel, job: TurnJob) -> str:
-    """Run the turn and queue its reply; returns the reply text."""
+    """Run the turn and queue its reply; returns the reply text ("" for a continuation
+    that was cancelled or already ran)."""
     thread = ThreadRef.from_json(job.thread)
-    speaker = job.sender_name or job.sender_id
-    user_message = {"role": "user", "content": f"{speaker}: {job.text}"}
-    agent = deps.settings.agent(job.agent_id)
+    history = deps.history.load(job.session_key)
+    user_message = _user_message(deps, job, history)
+    if user_message is None:
+        return ""
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": agent.system_prompt or DEFAULT_SYSTEM_PROMPT},
-        *deps.history.load(job.session_key),
+        {"role": "system", "content": system_prompt(deps.settings, job.agent_id)},
+        *history,
         user_message,
     ]
+    plan = plan_join(deps.settings, job)
     ctx = ToolContext(
         deps=deps,
         session_key=job.session_key,
@@ -66,11 +86,44 @@ def execute_turn(deps: Deps, model: ChatModel, job: TurnJob) -> str:
         requester=qualified_user(job.platform, job.sender_id),
         agent_id=job.agent_id,
         model=model,
+        join=plan,
+        chain_exhausted=chain_exhausted(deps.settings, job),
     )
     deps.stops.clear_turn_stop(job.session_key)
-    text = _answer(deps, model, job, messages, ctx)
-    _commit(deps, job, thread, user_message, text)
+    try:
+        text = _answer(deps, model, job, messages, ctx)
+        _commit(deps, job, thread, user_message, text)
+    finally:
+        _seal(deps, plan)
     return text
+
+
+def _user_message(deps: Deps, job: TurnJob, history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The turn's new message: the person's, or a continuation's fan-in prompt (None when
+    the continuation was cancelled by ``/stop`` or another worker already runs it)."""
+    if job.kind == "message":
+        speaker = job.sender_name or job.sender_id
+        return {"role": "user", "content": f"{speaker}: {job.text}"}
+    join = deps.joins.get(job.join_id)
+    if join is None or not deps.joins.start(job.join_id):
+        log.info("continuation %s not started: cancelled or already running", job.join_id)
+        return None
+    return {"role": "user", "content": continuation_prompt(deps, join, history)}
+
+
+def _seal(deps: Deps, plan: JoinPlan | None) -> None:
+    """No more spawns join this turn's fan-in; it fires now if they all ended already."""
+    if plan is not None:
+        seal_join(deps, plan.join_id)
+
+
+def turn_stopped(deps: Deps, job: TurnJob) -> None:
+    """The turn was hard-stopped (``/stop`` while it waited for the model): say so in the
+    thread, in place of the answer it would have given (same idempotency key)."""
+    _commit(deps, job, ThreadRef.from_json(job.thread), None, STOPPED_IN_MODEL_CALL)
+    plan = plan_join(deps.settings, job)
+    if plan is not None:
+        seal_join(deps, plan.join_id)
 
 
 def _answer(
@@ -82,6 +135,10 @@ def _answer(
         if deps.stops.turn_stop_requested(job.session_key):
             raise RunInterrupted("turn stopped")
 
+    over = over_daily(deps, session_key=job.session_key, user=ctx.requester)
+    if over:  # said without calling the model
+        return over
+    guard = turn_guard(deps, session_key=job.session_key, user=ctx.requester, checkpoint=checkpoint)
     agent = deps.settings.agent(job.agent_id)
     try:
         result = run_loop(
@@ -92,9 +149,11 @@ def _answer(
             ctx=ctx,
             max_steps=deps.settings.openai.max_steps,
             meter=meter,
-            control=LoopControl(checkpoint=checkpoint),
+            control=LoopControl(checkpoint=checkpoint, budget=guard),
             max_tool_chars=deps.settings.subagents.max_result_chars,
         )
+    except BudgetExceeded as exc:
+        return _with_spawns(str(exc), ctx)
     except RunInterrupted:
         return _with_spawns("Stopped.", ctx)
     except BaseTimeoutException:
@@ -132,6 +191,7 @@ def _commit(
         text=clip_markdown(text, deps.settings.gateway.max_outbound_chars),
         kind=OutboundKind.REPLY,
         idempotency_key=job.reply_key,
+        traceparent=tracing.traceparent(),
     )
     entries = [m for m in (user_message, {"role": "assistant", "content": text}) if m]
     with deps.redis.pipeline() as pipe:

@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bot.runs.budget import RunSpend, spend_text
+from bot.runs.logview import LogView
 from bot.runs.render import (
     ICONS,
     format_duration,
@@ -49,19 +51,27 @@ def timing(run: RunRecord, now: float) -> str:
     return f"took {took}, {age(now - ended)}"
 
 
-def render_list(runs: Sequence[RunRecord], *, now: float, scope: str = "this thread") -> str:
+def render_list(
+    runs: Sequence[RunRecord], *, now: float, scope: str = "this thread", line: Sequence[str] = ()
+) -> str:
     """``/subagents list``: a header with counts, then one line per run, newest first,
-    each with the run's own number (``#3``)."""
+    each with the run's own number (``#3``); a queued run in ``line`` (job ids in the order
+    they start) shows its place (``queued #2 in line``)."""
     if not runs:
         return EMPTY_LIST
     active = sum(1 for r in runs if not r.status.terminal)
     lines = [f"**Subagents in {scope}** — {active} active · {len(runs) - active} done"]
-    for run in runs[:LIST_MAX]:
-        lines.append(
-            f"#{run.seq} {ICONS[run.status]} {run.status.value} · {run_name(run)} · "
-            f"{timing(run, now)} · `{run.run_id[:8]}` · `{run.child_session_key}`"
-        )
-    older = runs[LIST_MAX:]
+    roots, children = _tree(runs)
+    for root in roots[:LIST_MAX]:
+        for run, depth in _walk(root, children, 0):
+            lead = "  " * depth + ("└ " if depth else "")
+            lines.append(
+                f"{lead}#{run.seq} {ICONS[run.status]} {_state(run)}{_place(run, line)} · "
+                f"{run_name(run)} · "
+                f"{timing(run, now)} · {spend(run)} · `{run.run_id[:8]}`"
+                + ("" if depth else f" · `{run.child_session_key}`")
+            )
+    older = roots[LIST_MAX:]
     if older:
         busy = sum(1 for r in older if not r.status.terminal)
         lines.append(
@@ -70,6 +80,68 @@ def render_list(runs: Sequence[RunRecord], *, now: float, scope: str = "this thr
             + f"); `/subagents info {older[0].seq}` and the like show any of them."
         )
     return "\n".join(lines)
+
+
+def _tree(
+    runs: Sequence[RunRecord],
+) -> tuple[list[RunRecord], dict[str, list[RunRecord]]]:
+    """Top-level runs (in the given order) and each run's children (oldest first)."""
+    ids = {r.run_id for r in runs}
+    children: dict[str, list[RunRecord]] = {}
+    for run in sorted(runs, key=lambda r: r.seq):
+        if run.parent_run_id in ids:
+            children.setdefault(run.parent_run_id, []).append(run)
+    return [r for r in runs if r.parent_run_id not in ids], children
+
+
+def _walk(
+    run: RunRecord, children: dict[str, list[RunRecord]], depth: int
+) -> list[tuple[RunRecord, int]]:
+    found = [(run, depth)]
+    for child in children.get(run.run_id, []):
+        found += _walk(child, children, depth + 1)
+    return found
+
+
+def _place(run: RunRecord, line: Sequence[str]) -> str:
+    if run.status is not RunStatus.QUEUED or run.job_id not in line:
+        return ""
+    return f" #{list(line).index(run.job_id) + 1} in line"
+
+
+def _state(run: RunRecord) -> str:
+    if run.status is RunStatus.RUNNING and run.parked_at is not None:
+        return "waiting for approval" if run.approval_id else "waiting for its subagents"
+    return run.status.value
+
+
+def spend(run: RunRecord) -> str:
+    """``1.2k tok $0.0012``: what the run has spent so far."""
+    cost = f" ${run.cost_usd:.4f}" if run.cost_usd is not None else ""
+    return f"{format_tokens(run.usage.total)} tok{cost}"
+
+
+def render_family(run: RunRecord, tree: Sequence[RunRecord]) -> list[str]:
+    """``/subagents info`` lines for a run in a tree: its parent, children and the tree's
+    spend (``tree``: every run of its tree)."""
+    if len(tree) <= 1:
+        return []
+    by_id = {r.run_id: r for r in tree}
+    lines = []
+    parent = by_id.get(run.parent_run_id)
+    if parent is not None:
+        lines.append(f"• Parent: #{parent.seq} {ICONS[parent.status]} {run_name(parent)}")
+    kids = sorted((r for r in tree if r.parent_run_id == run.run_id), key=lambda r: r.seq)
+    if kids:
+        listed = ", ".join(f"#{k.seq} {ICONS[k.status]} {_state(k)}" for k in kids)
+        lines.append(f"• Children: {listed}")
+    tokens = sum(r.usage.total for r in tree)
+    costs = [r.cost_usd for r in tree if r.cost_usd is not None]
+    money = f" · est ${sum(costs):.4f}" if costs else ""
+    lines.append(
+        f"• Tree: {len(tree)} runs (depth {run.depth}) · {format_tokens(tokens)} tokens{money}"
+    )
+    return lines
 
 
 def _span(runs: Sequence[RunRecord]) -> str:
@@ -91,8 +163,10 @@ def render_info(
     now: float,
     transcript_ref: str,
     archive_at: float | None,
+    spend: RunSpend | None = None,
 ) -> str:
-    """``/subagents info``: every field a person needs to understand one run."""
+    """``/subagents info``: every field a person needs to understand one run (``spend``:
+    its and its tree's spend against their limits)."""
     lines = [
         f"**Subagent #{run.seq}** · {ICONS[run.status]} {run.status.value} · {run_name(run)}",
         f"• Label: {one_line(run.label) or '—'}",
@@ -113,6 +187,11 @@ def render_info(
         + (f" · Cost: est ${run.cost_usd:.4f}" if run.cost_usd is not None else ""),
         f"• Cleanup: {run.cleanup.value} · Archive: {_archive(run, archive_at, now)}",
     ]
+    if spend is not None:
+        lines.append(
+            f"• Budget: run {spend_text(spend.run, spend.run_limits)} · "
+            f"tree {spend_text(spend.tree, spend.tree_limits)}"
+        )
     lines += _outcome(run)
     return "\n".join(lines)
 
@@ -145,24 +224,17 @@ def _outcome(run: RunRecord) -> list[str]:
     return lines
 
 
-def render_log(
-    run: RunRecord,
-    *,
-    messages: Sequence[Mapping[str, Any]],
-    limit: int,
-    tools_only: bool,
-) -> str:
-    """``/subagents log``: the last ``limit`` transcript messages, one bullet each."""
-    picked = [m for m in messages if is_tool_message(m)] if tools_only else list(messages)
-    shown = picked[-limit:] if limit else []
-    kind = "tool messages" if tools_only else "messages"
+def render_log(run: RunRecord, *, view: LogView, tools: bool) -> str:
+    """``/subagents log``: the newest messages of the run's log, one bullet each."""
+    total = f"{view.total:,}" + ("" if view.exact else "+")
+    which = "with tool calls" if tools else "tool calls hidden; add `tools` to show them"
     head = (
         f"**Log of subagent #{run.seq}** · {run_name(run)} — "
-        f"last {len(shown)} of {len(picked)} {kind}"
+        f"last {len(view.messages)} of {total} messages ({which})"
     )
-    if not shown:
+    if not view.messages:
         return head + "\n(nothing yet)"
-    return "\n".join([head, *(f"• {log_line(m)}" for m in shown)])
+    return "\n".join([head, *(f"• {log_line(m)}" for m in view.messages)])
 
 
 def log_line(message: Mapping[str, Any]) -> str:

@@ -7,15 +7,19 @@ from dataclasses import dataclass
 
 from bot.commands.parse import Command
 from bot.deps import Deps
-from bot.types import Inbound
+from bot.types import Inbound, Outbound, OutboundKind
 
 HELP_TEXT = (
     "*fanbot commands*\n"
     "• `/subagents list` — runs started in this thread\n"
     "• `/subagents info <id>` — details of one run\n"
-    "• `/subagents log <id> [limit] [tools]` — its transcript\n"
+    "• `/subagents log <id> [limit] [tools]` — its conversation (`tools` adds tool calls)\n"
     "• `/subagents send <id> <message>` — steer a run, or follow up a finished one\n"
     "• `/subagents stop <id|all>` — stop runs\n"
+    "• `/subagents spawn [--thread] [type] <task>` — start a subagent yourself "
+    "(`--thread`: in a thread of its own; `/subagents close <id>` unbinds it)\n"
+    "• `/subagents every <interval|cron> [type] <task>` — run it on a schedule "
+    "(`/subagents schedules`, `/subagents unschedule <id>`)\n"
     "• `/stop` — stop the current answer and every run of this thread\n"
     "• `/help` — this list\n"
     "`<id>` is the run's number (`3` or `#3`: the one its status card and announce show), "
@@ -34,6 +38,25 @@ class CommandRequest:
 
 
 Handler = Callable[[CommandRequest], str]
+"""Returns the answer (markdown), or "" when it queued its answer itself (:func:`early_reply`)."""
+
+
+def reply_key(inbound: Inbound, kind: str = "cmd") -> str:
+    """Idempotency key of the gateway's answer to ``inbound`` (egress posts a key once)."""
+    return f"{kind}:{inbound.thread.platform}:{inbound.dedupe_id}"
+
+
+def early_reply(inbound: Inbound, text: str) -> Outbound:
+    """A command's answer as the gateway posts it, for a handler that must have it queued
+    before it acts (a steer receipt's edits look the reply up). Such a handler returns ""."""
+    ephemeral = inbound.thread.thread is None and not inbound.is_dm
+    return Outbound(
+        thread=inbound.thread,
+        text=text,
+        kind=OutboundKind.REPLY,
+        idempotency_key=reply_key(inbound),
+        ephemeral_to=inbound.sender.user_id if ephemeral else None,
+    )
 
 
 class CommandRouter:

@@ -4,16 +4,23 @@
 handlers find the runs in scope, resolve the id and check the actor
 (:mod:`bot.runs.access`), act (:mod:`bot.runs.stop`, :mod:`bot.runs.send`) and answer with
 short markdown (:mod:`~bot.commands.render`). No handler raises on user input.
+``spawn`` (:mod:`bot.commands.spawn`) and ``every|schedules|unschedule``
+(:mod:`bot.commands.schedules`) parse their own arguments (:data:`OWN_HANDLERS`). ``send``
+to a running run answers with a steer receipt (:mod:`bot.runs.receipts`), edited as the
+message is read or missed.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
+from bot.commands import schedules as schedule_commands
 from bot.commands.parse import Command
-from bot.commands.render import render_info, render_list, render_log, run_name
-from bot.commands.router import CommandRequest, CommandRouter
+from bot.commands.render import render_family, render_info, render_list, render_log, run_name
+from bot.commands.router import CommandRequest, CommandRouter, early_reply
+from bot.commands.spawn import handle_spawn
 from bot.runs.access import (
     Actor,
     Resolution,
@@ -23,26 +30,43 @@ from bot.runs.access import (
     resolve_run,
     scope_runs,
 )
+from bot.runs.budget import run_spend
+from bot.runs.join import cancel_joins
+from bot.runs.logview import read_log
+from bot.runs.receipts import new_receipt, receipt_text
 from bot.runs.send import SendOutcome, send
 from bot.runs.stop import running_turn, stop_run, stop_turn
-from bot.types import RunRecord
+from bot.runs.threads import bound_run, close_thread
+from bot.store.receipts import Receipt
+from bot.store.streams import put_outbound
+from bot.types import RunRecord, RunStatus
 
 LOG_DEFAULT = 20
 LOG_MAX = 200
-LOG_SCAN = 2_000
-"""Transcript messages read for ``log ... tools`` (tool messages are filtered from these)."""
 
 USAGE = (
     "Usage:\n"
     "• `/subagents list`\n"
     "• `/subagents info <id>`\n"
-    f"• `/subagents log <id> [limit] [tools]` (limit 1–{LOG_MAX}, default {LOG_DEFAULT})\n"
+    f"• `/subagents log <id> [limit] [tools]` (limit 1–{LOG_MAX}, default {LOG_DEFAULT}; "
+    "`tools` adds tool calls and results)\n"
     "• `/subagents send <id> <message>`\n"
     "• `/subagents stop <id|all>`\n"
+    "• `/subagents spawn [--thread] [type] <task>` (`--thread`: in a thread of its own)\n"
+    "• `/subagents close <id>`: unbind a child's own thread\n"
+    "• `/subagents every <interval|cron> [type] <task>`, `/subagents schedules`, "
+    "`/subagents unschedule <id>`\n"
     "`<id>`: the run's number (`3` or `#3`, as its status card and announce show it), "
     "`last`, a run-id prefix or a child session key."
 )
-SUBCOMMANDS = ("list", "info", "log", "send", "stop", "help")
+SUBCOMMANDS = ("list", "info", "log", "send", "stop", "close", "help")
+# Subcommands with their own parsing and handler (no run id to resolve).
+OWN_HANDLERS: dict[str, Callable[[CommandRequest], str]] = {
+    "spawn": handle_spawn,
+    "every": schedule_commands.handle_every,
+    "schedules": schedule_commands.handle_list,
+    "unschedule": schedule_commands.handle_unschedule,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,14 +77,14 @@ class SubagentsRequest:
         action: One of :data:`SUBCOMMANDS`.
         target: The ``<id>`` token (``all`` for ``stop all``).
         limit: ``log`` limit.
-        tools_only: ``log ... tools``.
+        tools: ``log ... tools``: tool calls and results are shown too.
         message: ``send`` text, as written.
     """
 
     action: str
     target: str = ""
     limit: int = LOG_DEFAULT
-    tools_only: bool = False
+    tools: bool = False
     message: str = ""
 
 
@@ -90,10 +114,10 @@ def parse_subagents(command: Command) -> SubagentsRequest | str:
 
 
 def _parse_log(target: str, extra: tuple[str, ...]) -> SubagentsRequest | str:
-    limit, tools_only = LOG_DEFAULT, False
+    limit, tools = LOG_DEFAULT, False
     for word in extra:
         if word.lower() == "tools":
-            tools_only = True
+            tools = True
         elif word.isdigit() and word.isascii() and 1 <= int(word) <= 100_000:
             limit = min(int(word), LOG_MAX)
         else:
@@ -102,18 +126,23 @@ def _parse_log(target: str, extra: tuple[str, ...]) -> SubagentsRequest | str:
                 f"`{shown}` is not a valid log limit: use a number from 1 to {LOG_MAX}, "
                 "optionally followed by `tools`, e.g. `/subagents log 1 50 tools`."
             )
-    return SubagentsRequest(action="log", target=target, limit=limit, tools_only=tools_only)
+    return SubagentsRequest(action="log", target=target, limit=limit, tools=tools)
 
 
 def handle_subagents(req: CommandRequest) -> str:
+    own = OWN_HANDLERS.get(req.command.args[0].lower()) if req.command.args else None
+    if own is not None:
+        return own(req)
     parsed = parse_subagents(req.command)
     if isinstance(parsed, str):
         return parsed
     if parsed.action == "help":
         return USAGE
-    runs = scope_runs(req.deps, session_key=req.session_key, thread=req.inbound.thread)
+    runs = scope_runs(req.deps, session_key=_scope_session(req), thread=req.inbound.thread)
     if parsed.action == "list":
-        return render_list(runs, now=time.time(), scope=_scope_name(req))
+        waiting = any(r.status is RunStatus.QUEUED for r in runs)
+        line = req.deps.jobs.subagent_line() if waiting else []
+        return render_list(runs, now=time.time(), scope=_scope_name(req), line=line)
     if parsed.action == "stop" and parsed.target.lower() == "all":
         return stop_all(req, runs)
     found = resolve_run(parsed.target, runs)
@@ -125,14 +154,36 @@ def handle_subagents(req: CommandRequest) -> str:
         return _log(req, found, parsed)
     if parsed.action == "send":
         return _send(req, found, parsed.message)
+    if parsed.action == "close":
+        return _close(req, found)
     return _stop_one(req, found)
+
+
+def _scope_session(req: CommandRequest) -> str:
+    """In a child's own thread, the session it was spawned from; else the thread's."""
+    thread = req.inbound.thread
+    bound = bound_run(req.deps, thread) if thread.thread else None
+    return bound.session_key if bound else req.session_key
+
+
+def _close(req: CommandRequest, found: Resolution) -> str:
+    run = found.run
+    assert run is not None
+    decision = may_control(actor_of(req), run, verb="close the thread of")
+    if not decision.allowed:
+        return f"I can't close the thread of subagent #{run.seq}: {decision.reason}"
+    return close_thread(req.deps, run)
 
 
 def handle_stop(req: CommandRequest) -> str:
     """``/stop``: abort the session's running turn and stop every unfinished run."""
     runs = scope_runs(req.deps, session_key=req.session_key, thread=req.inbound.thread)
+    # Cancel the fan-ins first: stopping their runs would otherwise fire them.
+    cancelled = cancel_joins(req.deps, req.session_key, runs, actor=actor_of(req))
     lines = [_abort_turn(req)] if not channel_scope(req.inbound.thread) else []
     lines.append(stop_all(req, runs))
+    if cancelled:
+        lines.append("The follow-up answer that was waiting for them is cancelled.")
     return "\n".join(line for line in lines if line)
 
 
@@ -189,9 +240,27 @@ def _send(req: CommandRequest, found: Resolution, message: str) -> str:
     decision = may_control(actor_of(req), run, verb="send to")
     if not decision.allowed:
         return f"I can't send to {name}: {decision.reason}"
-    result = send(req.deps, run, message, requester=actor_of(req).qualified)
-    if result.outcome is SendOutcome.STEERED:
-        return f"📨 Sent to {name}; it reads your message before its next step."
+    queued: list[Receipt] = []
+
+    def receipt(target: RunRecord) -> str:
+        inbound, deps = req.inbound, req.deps
+        reply = early_reply(inbound, "")
+        made = new_receipt(
+            deps,
+            run=target,
+            name=f"subagent #{target.seq} · {run_name(target)}",
+            thread=inbound.thread,
+            reply_key=reply.idempotency_key,
+            ephemeral_to=reply.ephemeral_to,
+        )
+        # Queued before the run can read the message, so the receipt's edits find it.
+        put_outbound(deps.redis, deps.keys, replace(reply, text=receipt_text(made)))
+        queued.append(made)
+        return made.receipt_id
+
+    result = send(req.deps, run, message, requester=actor_of(req).qualified, receipt=receipt)
+    if result.outcome is SendOutcome.STEERED and queued:
+        return ""  # answered already: the receipt's reply, edited as the message moves on
     if result.outcome is SendOutcome.ARCHIVED:
         return (
             f"{name.capitalize()} has ended and its session is archived, so it can't take a "
@@ -208,12 +277,19 @@ def _info(req: CommandRequest, found: Resolution) -> str:
     run = found.run
     assert run is not None
     deps = req.deps
-    return render_info(
+    info = render_info(
         run,
         now=time.time(),
         transcript_ref=deps.transcripts.current_key(run.session_id, archived_at=run.archived_at),
         archive_at=deps.runs.archive_at(run.run_id),
+        spend=run_spend(deps, run),
     )
+    root = run.root_run_id or run.run_id
+    tree = [
+        r for r in deps.runs.session_runs(run.session_key) if (r.root_run_id or r.run_id) == root
+    ]
+    family = render_family(run, tree)
+    return "\n".join([info, *family]) if family else info
 
 
 def _log(req: CommandRequest, found: Resolution, parsed: SubagentsRequest) -> str:
@@ -221,13 +297,8 @@ def _log(req: CommandRequest, found: Resolution, parsed: SubagentsRequest) -> st
     assert run is not None
     transcripts = req.deps.transcripts
     key = transcripts.current_key(run.session_id, archived_at=run.archived_at)
-    messages = transcripts.read_key(key, last=LOG_SCAN if parsed.tools_only else parsed.limit)
-    return render_log(
-        run,
-        messages=messages,
-        limit=parsed.limit,
-        tools_only=parsed.tools_only,
-    )
+    view = read_log(transcripts, key, limit=parsed.limit, tools=parsed.tools)
+    return render_log(run, view=view, tools=parsed.tools)
 
 
 def actor_of(req: CommandRequest) -> Actor:

@@ -18,16 +18,22 @@ from dataclasses import dataclass
 
 from bot.clip import clip
 from bot.commands.parse import parse_command
-from bot.commands.router import CommandRequest, CommandRouter
+from bot.commands.router import CommandRequest, CommandRouter, reply_key
 from bot.config import PlatformAccess, Settings
 from bot.deps import Deps
 from bot.errors import InboundBusy
 from bot.gateway.inbox import save_attachments
+from bot.observe import tracing
+from bot.runs import approvals
+from bot.runs.access import Actor, may_control
+from bot.runs.approvals import DecisionRequest, parse_decision
+from bot.runs.send import SendOutcome, send
+from bot.runs.threads import bound_run
 from bot.sessions import requester_session_key
 from bot.store.dedupe import Claimed, Dedupe
 from bot.store.jobs import TurnJob, new_turn_job_id
 from bot.store.streams import put_outbound
-from bot.types import Inbound, Outbound, OutboundKind
+from bot.types import Inbound, Outbound, OutboundKind, RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +174,19 @@ class Ingress:
     def _handle_new(self, inbound: Inbound, job_id: str) -> IngressResult:
         s = self.deps.settings
         inbound, cut = cap_inbound(inbound, s.gateway.max_inbound_chars)
+        inbound, bound = self._bound(inbound)
         session_key = self.session_key(inbound)
+        decision = parse_decision(inbound.text)
+        if decision is not None and not (inbound.sender.is_self or inbound.sender.is_bot):
+            self._decide(inbound, decision)  # a reply to a request: addressed by nature
+            return IngressResult(verdict=Verdict.ACCEPT, session_key=session_key)
+        access = platform_access(s, inbound.thread.platform)
         verdict = decide(
             inbound,
             settings=s,
-            access=platform_access(s, inbound.thread.platform),
-            session_exists=self.deps.history.exists(session_key),
+            # A child's own thread is addressed to it, mention or not.
+            access=access.model_copy(update={"continue_threads": True}) if bound else access,
+            session_exists=bound is not None or self.deps.history.exists(session_key),
         )
         if verdict is not Verdict.ACCEPT:
             log.debug("inbound %s: %s", inbound.dedupe_id, verdict.value)
@@ -187,14 +200,65 @@ class Ingress:
             request = CommandRequest(
                 command=command, inbound=inbound, session_key=session_key, deps=self.deps
             )
-            self._reply(
-                inbound, self.router.dispatch(request), ephemeral=inbound.thread.thread is None
-            )
+            answer = self.router.dispatch(request)
+            if answer:  # "": the handler queued its answer itself (see early_reply)
+                self._reply(inbound, answer, ephemeral=inbound.thread.thread is None)
+            return IngressResult(verdict=verdict, session_key=session_key)
+        if bound is not None:
+            self._reply(inbound, self._steer_bound(inbound, bound), key="bound")
             return IngressResult(verdict=verdict, session_key=session_key)
         if inbound.attachments:
             inbound = self._with_files(inbound, session_key)
         self._enqueue_turn(inbound, session_key, job_id)
         return IngressResult(verdict=verdict, session_key=session_key, job_id=job_id)
+
+    def _decide(self, inbound: Inbound, request: DecisionRequest) -> None:
+        """An approval decided by a button press or ``!approve``/``!deny``: the answer goes
+        back to that person (a refusal privately where the platform can)."""
+        answer = approvals.decide(
+            self.deps, request, platform=inbound.thread.platform, user_id=inbound.sender.user_id
+        )
+        message = Outbound(
+            thread=inbound.thread,
+            text=answer.text,
+            idempotency_key=f"decide:{inbound.thread.platform}:{inbound.dedupe_id}",
+            ephemeral_to=inbound.sender.user_id if answer.refused else None,
+            callback=inbound.callback,
+            traceparent=tracing.traceparent(),
+        )
+        put_outbound(self.deps.redis, self.deps.keys, message)
+
+    def _bound(self, inbound: Inbound) -> tuple[Inbound, RunRecord | None]:
+        """The thread-bound child ``inbound`` is written to, if any; a message of a reply
+        thread bound to one is moved into that thread (answers go there)."""
+        thread = inbound.thread
+        if thread.thread:
+            return inbound, bound_run(self.deps, thread)
+        if inbound.reply_thread:
+            replies = dataclasses.replace(thread, thread=inbound.reply_thread)
+            run = bound_run(self.deps, replies)
+            if run is not None:
+                return dataclasses.replace(inbound, thread=replies), run
+        return inbound, None
+
+    def _steer_bound(self, inbound: Inbound, run: RunRecord) -> str:
+        """A message in a thread-bound child's thread: a steer while it runs, else a
+        follow-up run (same access rule as ``/subagents send``)."""
+        actor = Actor(
+            platform=inbound.thread.platform,
+            user_id=inbound.sender.user_id,
+            admins=self.deps.settings.admins,
+        )
+        decision = may_control(actor, run, verb="send to")
+        if not decision.allowed:
+            return f"This thread belongs to subagent #{run.seq}: {decision.reason}"
+        result = send(self.deps, run, inbound.text, requester=actor.qualified)
+        name = f"subagent #{result.run.seq}"
+        if result.outcome is SendOutcome.STEERED:
+            return f"📨 Passed to {name}; it reads it before its next step."
+        if result.outcome is SendOutcome.FOLLOW_UP:
+            return f"↪️ {name} continues with your message (a follow-up run)."
+        return f"Subagent #{run.seq} is archived; `/subagents close {run.seq}` frees this thread."
 
     def _with_files(self, inbound: Inbound, session_key: str) -> Inbound:
         """Save the attachments into the workspace; the turn's text names them."""
@@ -215,6 +279,7 @@ class Ingress:
             message_id=inbound.dedupe_id,
             agent_id=self.deps.settings.agent_id,
             is_dm=inbound.is_dm,
+            traceparent=tracing.traceparent(),
         )
         self.deps.jobs.enqueue_turn(
             payload, job_id=job_id, timeout=self.deps.settings.turn_timeout_seconds
@@ -235,7 +300,8 @@ class Ingress:
             thread=inbound.thread,
             text=text,
             kind=OutboundKind.REPLY,
-            idempotency_key=f"{key}:{inbound.thread.platform}:{inbound.dedupe_id}",
+            idempotency_key=reply_key(inbound, key),
             ephemeral_to=inbound.sender.user_id if ephemeral and not inbound.is_dm else None,
+            traceparent=tracing.traceparent(),
         )
         put_outbound(self.deps.redis, self.deps.keys, message)

@@ -4,6 +4,10 @@ Reads the capped progress stream from "now" (progress is ephemeral: a restarted 
 picks up with the next event). The status message's platform id is kept in Redis
 (:class:`bot.store.progress.ProgressStore`) so a restarted gateway edits the same
 message instead of posting a new one.
+
+A card reads as seed 003's progress lines (type tag, tool count and time as the run goes,
+a final tally); a run that ends quietly (``ANNOUNCE_SKIP``) has its card deleted where the
+adapter can (:class:`~bot.ports.DeletingChannel`), else edited to a neutral line.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import redis.asyncio as aioredis
 from bot.errors import DeliveryError
 from bot.gateway.egress import cancel_all, reraise_if_cancelling
 from bot.keys import Keys
-from bot.ports import OutboundChannel
+from bot.ports import DeletingChannel, OutboundChannel
+from bot.runs.progress import tally
 from bot.runs.render import icon
 from bot.store.progress import ProgressEvent, ProgressStore
 from bot.types import Outbound, OutboundKind, ThreadRef
@@ -27,11 +32,33 @@ from bot.types import Outbound, OutboundKind, ThreadRef
 log = logging.getLogger(__name__)
 
 
-def status_text(title: str, text: str, *, final: bool) -> str:
-    """``⏳ #2 Research — step 3 · 🔧 search · 1200 tokens · 14s`` (pure)."""
+def status_text(
+    title: str,
+    text: str,
+    *,
+    final: bool,
+    tools: int | None = None,
+    elapsed: float | None = None,
+    note: str = "",
+) -> str:
+    """A status card's text (pure), as seed 003's progress lines::
+
+        ⏳ [explore] Subagent #2 "Research" — step 3 · 🔧 search · 1200 tokens · 5 tools, 3.2s
+        ✅ [explore] Subagent #2 "Research" — success (8 tools, 5.1s)
+
+    The tally is left out while the run has not counted anything (``tools`` or
+    ``elapsed`` None). A ``note`` (a budget warning) follows a working run's line.
+    """
+    counts = None if tools is None or elapsed is None else tally(tools, elapsed)
     if final:
-        return f"{icon(text)} {title} — {text}"
-    return f"⏳ {title} — {text}"
+        return f"{icon(text)} {title} — {text}" + (f" ({counts})" if counts else "")
+    line = f"⏳ {title} — {text}" + (f" · {counts}" if counts else "")
+    return line + (f" · ⚠️ {note}" if note else "")
+
+
+def quiet_text(title: str) -> str:
+    """What a quietly ended run's card says where it cannot be removed (pure)."""
+    return f"{title} — done, nothing to announce"
 
 
 @dataclass(kw_only=True)
@@ -91,12 +118,22 @@ class ProgressRenderer:
             known = await self.store.status_message(run_id)
             state = self._runs[run_id] = _RunStatus(thread=event.thread, title=title)
             state.message_id = known
-        text = status_text(state.title, event.text, final=final)
+        text = status_text(
+            state.title,
+            event.text,
+            final=final,
+            tools=event.tools,
+            elapsed=event.elapsed,
+            note=event.note,
+        )
         if final:
-            await self._show(run_id, state, text)
             if state.flush:
                 state.flush.cancel()
             self._runs.pop(run_id, None)
+            if event.quiet:
+                await self._remove(run_id, state)
+            else:
+                await self._show(run_id, state, text)
             return
         wait = state.last_edit + self.min_interval - time.monotonic()
         if state.message_id is None or wait <= 0:
@@ -130,6 +167,25 @@ class ProgressRenderer:
             log.info("status update for %s skipped: %s", run_id[:8], exc)
         except Exception:
             log.warning("status update for %s failed", run_id[:8], exc_info=True)
+
+    async def _remove(self, run_id: str, state: _RunStatus) -> None:
+        """End a quiet run's card: delete it, else edit it to a neutral line; a run
+        without a card gets none."""
+        adapter = self.adapters.get(state.thread.platform)
+        if adapter is None or state.message_id is None:
+            return
+        try:
+            if isinstance(adapter, DeletingChannel):
+                try:
+                    await adapter.delete(state.thread, state.message_id)
+                    return
+                except DeliveryError as exc:
+                    log.info("status card of %s not deleted (%s); editing it", run_id[:8], exc)
+            await adapter.edit(state.thread, state.message_id, quiet_text(state.title))
+        except DeliveryError as exc:  # best effort, as every status update
+            log.info("status card of %s not ended: %s", run_id[:8], exc)
+        except Exception:
+            log.warning("status card of %s not ended", run_id[:8], exc_info=True)
 
     async def close(self) -> None:
         await cancel_all([s.flush for s in self._runs.values() if s.flush is not None])

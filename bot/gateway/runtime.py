@@ -27,10 +27,25 @@ from bot.deps import Deps
 from bot.errors import InboundBusy, RedisUnavailable
 from bot.gateway.egress import Egress, cancel_all
 from bot.gateway.ingress import Ingress, IngressResult
+from bot.gateway.ops import ops_routes
 from bot.gateway.progress import ProgressRenderer
 from bot.gateway.starter import AdapterStarter, platform_urls
+from bot.gateway.threads import ThreadOpenings
+from bot.observe.gateway import (
+    GatewayObserver,
+    adapter_checks,
+    bind,
+    bound_port,
+    counted_routes,
+    observe_routes,
+    observed_ingest,
+    redis_ready,
+)
+from bot.observe.health import Check
 from bot.ports import ChannelAdapter
-from bot.runs.render import title
+from bot.redis_watch import RedisWatch
+from bot.runs.progress import card_title
+from bot.store.connect import connect_async
 from bot.types import Inbound
 
 log = logging.getLogger(__name__)
@@ -39,7 +54,7 @@ log = logging.getLogger(__name__)
 def async_client(url: str) -> aioredis.Redis:
     """The gateway's async client: a command that meets a connection Redis closed (a
     restart) reconnects and runs again within about a second, instead of failing."""
-    return aioredis.Redis.from_url(
+    return connect_async(
         url,
         decode_responses=True,
         socket_connect_timeout=5,
@@ -73,6 +88,12 @@ class Gateway:
         self.ingress = Ingress(deps=self.deps, router=router or default_router())
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.aredis = async_client(settings.redis_url)
+        self.observer = GatewayObserver(redis=self.aredis, keys=self.deps.keys)
+        self.redis_watch = RedisWatch(
+            url=settings.redis_url,
+            who="gateway",
+            probe_key=self.deps.keys.redis_probe(self.consumer),
+        )
         self.egress = Egress(
             redis=self.aredis,
             keys=self.deps.keys,
@@ -81,6 +102,8 @@ class Gateway:
             consumer=self.consumer,
         )
         self.egress.sender.files = self._workspace_file
+        self.egress.sender.threads = ThreadOpenings(deps=self.deps)
+        self.egress.sender.observer = self.observer
         self.progress = ProgressRenderer(
             redis=self.aredis,
             keys=self.deps.keys,
@@ -104,9 +127,10 @@ class Gateway:
 
     def _run_title(self, run_id: str) -> str:
         record = self.deps.runs.get(run_id)
-        return f"run {run_id[:8]}" if record is None else title(record)
+        return f"run {run_id[:8]}" if record is None else card_title(record)
 
     async def start(self) -> None:
+        self.redis_watch.start()
         await self.egress.ensure_group()
         self._tasks = [
             asyncio.create_task(self.egress.run(), name="egress"),
@@ -119,10 +143,17 @@ class Gateway:
 
     def _adapter_started(self, adapter: ChannelAdapter) -> None:
         self._starting.discard(adapter.platform)
+        self.observer.started.add(adapter.platform)
         log.info("adapter %s started", adapter.platform)
 
     async def _start_http(self) -> None:
-        routes = [r for a in self.adapters.values() for r in a.http_routes()]
+        hooks = [
+            r
+            for a in self.adapters.values()
+            for r in counted_routes(a.platform, a.http_routes(), self.observer)
+        ]
+        routes = hooks + ops_routes(self.settings, self.deps)  # [] unless FANBOT_OPS__TOKEN is set
+        routes += self._observe_routes()  # /metrics, /healthz, /readyz
         if not routes:
             return
         app = web.Application(client_max_size=1024 * 1024)
@@ -130,9 +161,25 @@ class Gateway:
         self._http = web.AppRunner(app, access_log=None)
         await self._http.setup()
         gw = self.settings.gateway
-        await web.TCPSite(self._http, gw.http_host, gw.http_port).start()
-        log.info("HTTP endpoints on %s:%s", gw.http_host, gw.http_port)
+        if await bind(self._http, gw.http_host, gw.http_port, required=bool(hooks)):
+            log.info("HTTP endpoints on %s:%s", gw.http_host, bound_port(self._http))
 
+    @property
+    def http_port(self) -> int | None:
+        """The port the gateway's HTTP server listens on (None: not serving)."""
+        return bound_port(self._http)
+
+    def _observe_routes(self) -> list[web.RouteDef]:
+        if not self.settings.observe.http_endpoints:
+            return []
+        return observe_routes(deps=self.observer.scrape_deps(self.settings), ready=self._ready)
+
+    async def _ready(self) -> list[Check]:
+        retrying = self.starter.retrying
+        adapters = adapter_checks(self.adapters, started=self.observer.started, retrying=retrying)
+        return [await redis_ready(self.aredis), *adapters]
+
+    @observed_ingest
     async def ingest(self, inbound: Inbound) -> IngressResult | None:
         """Handle one inbound message (what adapters call).
 
@@ -175,4 +222,6 @@ class Gateway:
         await self.egress.close()
         await self.progress.close()
         await self.aredis.aclose()
+        self.observer.close()
+        await asyncio.to_thread(self.redis_watch.stop)
         self.deps.close()

@@ -28,9 +28,13 @@ import redis.asyncio as aioredis
 from bot import failpoints
 from bot.errors import DeliveryError
 from bot.gateway import delivery as d
+from bot.gateway.threads import ThreadOpenings
+from bot.observe import catalog
+from bot.observe.gateway import GatewayObserver, delivered_updates, observed_delivery
 from bot.ports import FileChannel, OutboundChannel, OutFile, PartLog
+from bot.store.metrics import Update
 from bot.store.outbox import Outbox, entry_time
-from bot.types import Outbound
+from bot.types import Outbound, OutboundKind
 
 # Delivery log lines keep the logger name they always had: operators filter on it.
 log = logging.getLogger("bot.gateway.egress")
@@ -56,6 +60,10 @@ class Entry:
     def key(self) -> str:
         key = self.message.idempotency_key if self.message else ""
         return key or f"entry:{self.entry_id}"
+
+    @property
+    def platform(self) -> str:
+        return self.message.thread.platform if self.message else ""
 
 
 def parse_entry(entry_id: str, fields: Mapping[str, str], *, resumed: bool = False) -> Entry:
@@ -127,9 +135,12 @@ class Sender:
         self.closing = False
         self.starting: Callable[[], Collection[str]] = tuple
         self.files: FileLoader | None = None
+        self.threads: ThreadOpenings | None = None  # opens thread-bound children's threads
         self.in_flight = 0  # sends between the first post and the delivered record
+        self.observer: GatewayObserver | None = None  # counts deliveries, retries, dead letters
         self.delivered = 0
 
+    @observed_delivery
     async def deliver(self, entry: Entry) -> None:
         """Settle ``entry``; when Redis goes away midway, start over as soon as it is back."""
         pause, resumed = 0.05, entry.resumed
@@ -191,15 +202,20 @@ class Sender:
                     progress.attempts,
                     after,
                 )
+                await self._count(catalog.retry(entry.platform))
                 await asyncio.sleep(after)
                 progress.failure = None
             case d.MarkDelivered(ids=ids):
+                if self.threads is not None and entry.message is not None:
+                    await self.threads.announced(entry.message)  # before: a crash repeats it
                 failpoints.hit("egress.before_ack")
                 await self.outbox.mark_delivered(entry.entry_id, entry.key, list(ids))
                 self._uncount(progress)
                 self.delivered += 1
+                await self._count(delivered_updates(entry.message, entry.entry_id))
             case d.DeadLetter(reason=reason):
                 await self._dead_letter(entry, reason)
+                await self._count(catalog.dead_letter(entry.platform))
 
     async def _send(
         self, action: d.Send, entry: Entry, progress: _Progress, posted: dict[int, str]
@@ -219,7 +235,12 @@ class Sender:
             progress.counted = True
             self.in_flight += 1
         try:
-            sent = await adapter.send(entry.message, parts=parts)
+            if entry.message.kind is OutboundKind.OPEN_THREAD:
+                sent = await self._open_thread(adapter, entry.message)
+            elif entry.message.replaces:
+                sent = await self._edit_earlier(adapter, entry.message)
+            else:
+                sent = await adapter.send(entry.message, parts=parts)
             if entry.message.attachments:
                 sent += await self._send_files(adapter, entry.message, parts, first=len(sent))
             progress.sent = tuple(sent)
@@ -234,6 +255,19 @@ class Sender:
             progress.failure = d.Failure(reason=f"{type(exc).__name__}: {exc}")
         if progress.failure is not None:
             self._uncount(progress)
+
+    async def _open_thread(self, adapter: OutboundChannel, message: Outbound) -> list[str]:
+        if self.threads is None:
+            raise DeliveryError("this gateway opens no threads", permanent=True)
+        return await self.threads.open(adapter, message)
+
+    async def _edit_earlier(self, adapter: OutboundChannel, message: Outbound) -> list[str]:
+        """Edit the first part of the message posted under ``message.replaces``."""
+        first = (await self.outbox.posted(message.replaces)).get(0)
+        if not first:  # same lane, so normally posted already; else wait for it
+            raise DeliveryError("the message it edits is not posted yet", retry_after=1.0)
+        await adapter.edit(message.thread, first, message.text)
+        return [first]
 
     async def _send_files(
         self, adapter: OutboundChannel, message: Outbound, parts: PartLog, *, first: int
@@ -281,6 +315,10 @@ class Sender:
                 log.warning("recording a posted part lost Redis (%s); retrying", exc)
             await asyncio.sleep(pause)
             pause = min(pause * 2, REDIS_RETRY_CAP)
+
+    async def _count(self, updates: list[Update]) -> None:
+        if self.observer is not None:
+            await self.observer.add(updates)
 
     def _uncount(self, progress: _Progress) -> None:
         if progress.counted:

@@ -10,7 +10,9 @@ module          what it owns
 ``send``        steer a running run, or follow a finished one up on its session
 ``access``      which runs a command may see, which run an id names, who may act
 ``render``      a run's name, title, icons, durations, announce and history note
-``catalog``     the subagent types (built-in ``general-purpose`` plus config's)
+``progress``    what a run tells its status card (type tag, tool count, tally, quiet end)
+``logview``     what a run's log shows (``/subagents log``, ``sessions_history``)
+``catalog``     the subagent types (built-in ones plus config's)
 ==============  =====================================================================
 
 ``bot.commands`` and ``bot.agent`` call this package; it imports neither (the agent's tool

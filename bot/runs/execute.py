@@ -20,9 +20,23 @@ from typing import Protocol
 from rq.timeouts import BaseTimeoutException
 
 from bot.deps import Deps
-from bot.errors import ModelCallFailed, RunDeadline, RunStopped
+from bot.errors import (
+    BudgetExceeded,
+    ModelCallFailed,
+    RunDeadline,
+    RunFailed,
+    RunParked,
+    RunStalled,
+    RunStopped,
+)
+from bot.runs.approvals import post_request
+from bot.runs.budget import run_guard
 from bot.runs.finalize import finalize_run
+from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import remember_out
+from bot.runs.progress import save_tool_count, step_event
+from bot.runs.receipts import read_inbox
+from bot.runs.stall import stall_watch
 from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.streams import ProgressEvent, put_progress
 from bot.types import RunRecord, RunStatus
@@ -63,21 +77,28 @@ def heartbeat(deps: Deps, run_id: str) -> Iterator[None]:
         thread.join(timeout=every + 1)
 
 
-def execute_run(deps: Deps, run_id: str, body: RunBody) -> str:
-    """Run ``run_id`` to its end; returns its final status (also recorded in Redis)."""
+def execute_run(deps: Deps, run_id: str, body: RunBody, *, resume: bool = False) -> str:
+    """Run ``run_id`` to its end; returns its final status (also recorded in Redis), or
+    ``parked`` when an orchestrator waits for its children (``resume``: it is back)."""
     record = deps.runs.get(run_id)
     if record is None:
         log.warning("run %s has no record; nothing to do", run_id)
         return "missing"
     ttl = deps.settings.subagents.stale_after_seconds
-    if not deps.runs.mark_running(run_id, heartbeat_ttl=ttl):
+    start_it = deps.runs.mark_resumed if resume else deps.runs.mark_running
+    if not start_it(run_id, heartbeat_ttl=ttl):
         return record.status.value
     remember_out(deps, record)
-    meter = Meter()
+    meter = Meter(usage=record.usage)  # a resumed run goes on counting
     start = ProgressEvent(run_id=run_id, thread=record.thread, text="started")
     put_progress(deps.redis, deps.keys, start)
-    with heartbeat(deps, run_id):
-        status, text, notes = _drive(deps, record, body, meter)
+    with heartbeat(deps, run_id), stall_watch(deps, record, meter) as watch:
+        try:
+            status, text, notes = _drive(deps, record, watch.guard(body), meter)
+        except RunParked as parked:
+            _park(deps, record, meter, parked)
+            return "parked"
+    save_tool_count(deps, run_id, meter)
     finalize_run(deps, run_id, status=status, result=text, notes=notes, usage=meter.usage)
     return status.value
 
@@ -94,10 +115,15 @@ def _drive(
         result = body(record, control=_control(deps, record, meter), meter=meter)
     except RunStopped:
         return RunStatus.STOPPED, meter.last_text, f"stopped on request {steps()}"
+    except RunStalled as exc:
+        return RunStatus.TIMEOUT, meter.last_text, f"{exc}, {steps()}"
+    except BudgetExceeded as exc:
+        return RunStatus.STOPPED, meter.last_text, f"{exc}; stopped {steps()}"
     except RunDeadline:
         return RunStatus.TIMEOUT, meter.last_text, _timeout_note(record, steps())
     except BaseTimeoutException:
         notes = _timeout_note(record, steps()) + " (hard limit)"
+        save_tool_count(deps, record.run_id, meter)
         finalize_run(
             deps,
             record.run_id,
@@ -112,6 +138,10 @@ def _drive(
             return RunStatus.TIMEOUT, meter.last_text, _timeout_note(record, steps())
         verb = "timed out" if exc.timed_out else f"failed {steps()}"
         return RunStatus.ERROR, meter.last_text, f"model call {verb}: {exc}"
+    except RunFailed as exc:
+        return RunStatus.ERROR, meter.last_text if exc.result is None else exc.result, str(exc)
+    except RunParked:
+        raise
     except Exception as exc:
         log.exception("run %s crashed", record.run_id)
         return RunStatus.ERROR, meter.last_text, f"{type(exc).__name__}: {exc}"
@@ -121,6 +151,27 @@ def _drive(
     return RunStatus.SUCCESS, result.text, ""
 
 
+def _park(deps: Deps, record: RunRecord, meter: Meter, parked: RunParked) -> None:
+    save_tool_count(deps, record.run_id, meter)
+    deps.runs.park(
+        record.run_id,
+        rounds=parked.rounds,
+        result=parked.text,
+        prompt_tokens=meter.usage.prompt_tokens,
+        completion_tokens=meter.usage.completion_tokens,
+        approval_id=parked.approval_id,
+    )
+    waiting = "waiting for approval" if parked.approval_id else "waiting for its subagents"
+    event = ProgressEvent(run_id=record.run_id, thread=record.thread, text=waiting)
+    put_progress(deps.redis, deps.keys, event)
+    # children or a person may take long: the slot goes to the next run meanwhile
+    if deps.jobs.fair.release(record.run_id):
+        after_slot_freed(deps)
+    if parked.approval_id:
+        post_request(deps, parked.approval_id)
+    log.info("run %s parked (%s)", record.run_id, waiting)
+
+
 def _timeout_note(record: RunRecord, steps: str) -> str:
     return f"run timeout of {record.timeout_s}s reached {steps}"
 
@@ -128,6 +179,8 @@ def _timeout_note(record: RunRecord, steps: str) -> str:
 def _control(deps: Deps, record: RunRecord, meter: Meter) -> LoopControl:
     run_id = record.run_id
     last = [0.0]
+    noted = [""]  # a new budget warning goes out at once, unthrottled
+    counted = [0]
 
     def checkpoint() -> None:
         if deps.runs.stop_requested(run_id):
@@ -136,23 +189,26 @@ def _control(deps: Deps, record: RunRecord, meter: Meter) -> LoopControl:
             raise RunDeadline("soft deadline")
 
     def progress(text: str) -> None:
+        if meter.tool_calls != counted[0]:  # unthrottled: a stop's final tally reads it
+            counted[0] = meter.tool_calls
+            save_tool_count(deps, run_id, meter)
         now = time.monotonic()
-        if now - last[0] < PROGRESS_MIN_INTERVAL:
+        if now - last[0] < PROGRESS_MIN_INTERVAL and meter.note == noted[0]:
             return
-        last[0] = now
+        last[0], noted[0] = now, meter.note
         deps.runs.update(
             run_id,
             result=meter.last_text,
             prompt_tokens=meter.usage.prompt_tokens,
             completion_tokens=meter.usage.completion_tokens,
         )
-        event = ProgressEvent(run_id=run_id, thread=record.thread, text=text)
-        put_progress(deps.redis, deps.keys, event)
+        put_progress(deps.redis, deps.keys, step_event(record, meter, text))
 
     return LoopControl(
         checkpoint=checkpoint,
-        steering=lambda: deps.runs.drain_inbox(run_id),
+        steering=lambda: read_inbox(deps, run_id),
         record=lambda m: deps.transcripts.append(record.session_id, m),
         progress=progress,
         deadline=meter.started + record.timeout_s,
+        budget=run_guard(deps, record, checkpoint),
     )

@@ -13,15 +13,28 @@ import logging
 import time
 
 from bot.deps import Deps
+from bot.observe import record as observed
+from bot.observe import tracing
+from bot.runs.join import after_last_run
+from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import announce_files
-from bot.runs.render import ANNOUNCE_SKIP, estimate_cost, history_note, render_announce
+from bot.runs.progress import final_event
+from bot.runs.render import (
+    ANNOUNCE_SKIP,
+    estimate_cost,
+    history_note,
+    render_announce,
+    render_compact_card,
+)
+from bot.runs.send import settle_leftovers
 from bot.store.runs import Finalization
-from bot.store.streams import ProgressEvent, put_progress
+from bot.store.streams import put_progress
 from bot.types import Cleanup, Outbound, OutboundKind, RunRecord, RunStatus, Usage
 
 log = logging.getLogger(__name__)
 
 
+@tracing.traced("finalize")
 def finalize_run(
     deps: Deps,
     run_id: str,
@@ -47,7 +60,10 @@ def finalize_run(
         cost_usd=estimate_cost(record.model, usage, deps.settings.prices),
     )
     text = record.result if result is None else result
-    skip = status is RunStatus.SUCCESS and text.strip() == ANNOUNCE_SKIP
+    quiet = status is RunStatus.SUCCESS and text.strip() == ANNOUNCE_SKIP
+    # A child reports to its parent run (its fan-in resumes the parent with this result),
+    # never to the thread or the requester's history.
+    skip = quiet or record.depth > 1
     files, file_notes = ((), []) if skip else announce_files(deps, record)
     notes = _notes(record, "\n".join([notes.strip(), *file_notes]))
     outcome = Finalization(
@@ -72,15 +88,23 @@ def finalize_run(
         extra=_usage_fields(record),
         ended_at=ended_at,
     )
-    done = deps.runs.finalize(record, outcome, slot_key=deps.jobs.subagent_slot_key())
+    done = deps.runs.finalize(
+        record,
+        outcome,
+        slot_key=deps.jobs.subagent_slot_key(),
+        join_grace=deps.joins.grace_seconds,
+    )
     if done:
         log.info("run %s ended %s", run_id, status.value)
-        put_progress(
-            deps.redis,
-            deps.keys,
-            ProgressEvent(run_id=run_id, thread=record.thread, text=status.value, final=True),
-        )
-    return done
+        observed.run_ended(deps, record, status, ended_at)
+        last = final_event(deps, record, status=status, ended_at=ended_at, quiet=quiet)
+        put_progress(deps.redis, deps.keys, last)
+        after_slot_freed(deps)
+        # Steering it never read starts a follow-up (after the announce, so it reads next).
+        settle_leftovers(deps, dataclasses.replace(record, status=status))
+    if done == 2:
+        after_last_run(deps, record.join_id)
+    return bool(done)
 
 
 def _notes(record: RunRecord, notes: str) -> str:
@@ -99,14 +123,19 @@ def _announce(
     *,
     files: tuple[str, ...] = (),
 ) -> Outbound:
-    body = render_announce(
-        record,
-        status=status,
-        result=text,
-        notes=notes,
-        ended_at=ended_at,
-        transcript_ref=deps.keys.transcript(record.session_id),
-        max_result_chars=deps.settings.subagents.max_result_chars,
+    compact = deps.settings.subagents.announce == "synthesis" and record.join_id
+    body = (
+        render_compact_card(record, status=status, ended_at=ended_at)
+        if compact
+        else render_announce(
+            record,
+            status=status,
+            result=text,
+            notes=notes,
+            ended_at=ended_at,
+            transcript_ref=deps.keys.transcript(record.session_id),
+            max_result_chars=deps.settings.subagents.max_result_chars,
+        )
     )
     return Outbound(
         thread=record.thread,
@@ -115,6 +144,7 @@ def _announce(
         idempotency_key=f"announce:{record.run_id}",
         attachments=files,
         workspace=record.session_key if files else "",
+        traceparent=tracing.traceparent() or record.traceparent,
     )
 
 

@@ -9,7 +9,7 @@ Template (stable; tests and users rely on it)::
     Status: success
     Result: <final answer, or "(not available)">
     Notes: <errors, partial progress, warnings — omitted when empty>
-    runtime 1m02s · tokens 3.1k (in 2.4k / out 0.7k) · est $0.0012 · session … · id … · transcript …
+    runtime 1m02s · tokens 3.1k (in 2.4k / out 0.7k) · est $0.0012 · session … · run id … · transcript …
 
 The status line comes from the runtime outcome, never from model text.
 
@@ -21,13 +21,14 @@ transcript, up to their own limits; the history note has its own bound.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from bot.clip import split_note
 from bot.config import Price
 from bot.prices import table_cost
-from bot.types import RunRecord, RunStatus, Usage
+from bot.types import ResultFormat, RunRecord, RunStatus, Usage
 
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
 MAX_NOTES_CHARS = 2_000
@@ -140,7 +141,7 @@ def stats_line(record: RunRecord, *, ended_at: float, transcript_ref: str) -> st
         parts.append(f"est ${record.cost_usd:.4f}")
     parts += [
         f"session {record.child_session_key}",
-        f"id {record.run_id[:8]}",
+        f"run id {record.run_id[:8]}",
         f"transcript {transcript_ref}",
     ]
     return " · ".join(parts)
@@ -162,12 +163,42 @@ def render_announce(
         f"{icon(status)} {title(record)} ({record.subagent_type}) {verb}",
         f"Status: {status.value}",
     ]
-    body = truncate(result.strip(), max_result_chars) if result.strip() else "(not available)"
+    shown = result.strip()
+    if record.result_format is ResultFormat.JSON and status is RunStatus.SUCCESS:
+        shown = render_structured(shown) or shown
+    body = truncate(shown, max_result_chars) if shown else "(not available)"
     lines.append(f"Result:\n{body}" if "\n" in body else f"Result: {body}")
     if notes.strip():
         lines.append(f"Notes: {truncate(notes.strip(), MAX_NOTES_CHARS)}")
     lines.append(stats_line(record, ended_at=ended_at, transcript_ref=transcript_ref))
     return "\n".join(lines)
+
+
+def render_structured(text: str, *, inline_chars: int = 100) -> str | None:
+    """A structured (JSON) result made readable: an object as ``- key: value`` lines and a
+    list of plain values as ``- item`` lines, when every value fits on a line of
+    ``inline_chars``; anything deeper as a fenced, indented JSON block. None when ``text``
+    is not JSON."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+    def inline(item: Any) -> str | None:
+        shown = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
+        return shown if len(shown) <= inline_chars and "\n" not in shown else None
+
+    if isinstance(value, dict):
+        pairs = [(str(k), inline(v)) for k, v in value.items()]
+        if pairs and all(v is not None for _, v in pairs):
+            return "\n".join(f"- {k}: {v}" for k, v in pairs)
+    elif isinstance(value, list) and value and all(not isinstance(v, dict | list) for v in value):
+        items = [inline(v) for v in value]
+        if all(i is not None for i in items):
+            return "\n".join(f"- {i}" for i in items)
+    elif not isinstance(value, list):
+        return value if isinstance(value, str) else json.dumps(value)
+    return "```json\n" + json.dumps(value, ensure_ascii=False, indent=2) + "\n```"
 
 
 def history_note(
@@ -180,3 +211,14 @@ def history_note(
         f"[{title(record)} ({record.subagent_type}) ended: "
         f"{status.value}; run {record.run_id[:8]}]\n{body}"
     )
+
+
+def render_compact_card(record: RunRecord, *, status: RunStatus, ended_at: float) -> str:
+    """The one-line announce of ``subagents.announce = "synthesis"``: the main agent's
+    continuation carries the result, so the card only says how the run ended."""
+    verb = ENDED_VERBS.get(status, "ended")
+    started = record.started_at or record.created_at
+    facts = [format_duration(ended_at - started), f"{format_tokens(record.usage.total)} tokens"]
+    if record.cost_usd is not None:
+        facts.append(f"est ${record.cost_usd:.4f}")
+    return f"{icon(status)} {title(record)} ({record.subagent_type}) {verb} · " + " · ".join(facts)

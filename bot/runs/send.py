@@ -11,12 +11,14 @@ import dataclasses
 import enum
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bot.deps import Deps
+from bot.runs.receipts import settle
 from bot.runs.spawn import enqueue_run
+from bot.store.receipts import ReceiptState
 from bot.types import RunRecord, RunStatus
 
 MAX_RESUMED_MESSAGES = 200
@@ -41,24 +43,53 @@ class SendResult:
     run: RunRecord
 
 
-def send(deps: Deps, record: RunRecord, message: str, *, requester: str) -> SendResult:
-    """Deliver ``message`` to ``record``'s child session; ``requester`` is ``platform:user``."""
+Receipt = Callable[[RunRecord], str]
+"""Called just before a message is queued for a running run; returns its receipt id."""
+
+
+def send(
+    deps: Deps, record: RunRecord, message: str, *, requester: str, receipt: Receipt | None = None
+) -> SendResult:
+    """Deliver ``message`` to ``record``'s child session; ``requester`` is ``platform:user``.
+
+    ``receipt`` tracks a steering message (:mod:`bot.runs.receipts`): whoever takes it out
+    of the inbox (the run, or its end) settles the receipt.
+    """
     record = deps.runs.get(record.run_id) or record
     target = _live_run(deps, record) or record
     if not target.status.terminal:
-        deps.runs.push_inbox(target.run_id, message)
+        receipt_id = receipt(target) if receipt is not None else ""
+        deps.runs.push_inbox(target.run_id, message, receipt=receipt_id)
         fresh = deps.runs.get(target.run_id)
         if fresh is None or not fresh.status.terminal:
             return SendResult(outcome=SendOutcome.STEERED, run=target)
-        # It ended while we wrote: take the message back (unless it already read it).
-        if message not in deps.runs.drain_inbox(target.run_id):
-            return SendResult(outcome=SendOutcome.STEERED, run=target)
-        target = fresh
+        # It ended while we wrote: its end may not have seen the message; settle it here.
+        new = settle_leftovers(deps, fresh)
+        if new is not None:
+            return SendResult(outcome=SendOutcome.FOLLOW_UP, run=new)
+        return SendResult(outcome=SendOutcome.STEERED, run=target)
     if is_archived(deps, target):
         return SendResult(outcome=SendOutcome.ARCHIVED, run=target)
     return SendResult(
         outcome=SendOutcome.FOLLOW_UP, run=follow_up(deps, target, message, requester=requester)
     )
+
+
+def settle_leftovers(deps: Deps, record: RunRecord) -> RunRecord | None:
+    """After ``record`` ended: messages it never read go to a follow-up run (one for all
+    of them), and their receipts say so; a stopped or archived run's are not delivered.
+    Returns the follow-up, if one started."""
+    items = deps.runs.drain_inbox_receipts(record.run_id)
+    if not items:
+        return None
+    new = None
+    if record.status is not RunStatus.STOPPED and not is_archived(deps, record):
+        text = "\n\n".join(message for message, _ in items)
+        new = follow_up(deps, record, text, requester=record.requester)
+    shown = f"#{new.seq} (`{new.run_id[:8]}`)" if new else ""
+    for _, receipt_id in items:
+        settle(deps, receipt_id, ReceiptState.MISSED, follow_up=shown)
+    return new
 
 
 def _live_run(deps: Deps, record: RunRecord) -> RunRecord | None:
@@ -92,6 +123,7 @@ def follow_up(deps: Deps, record: RunRecord, message: str, *, requester: str) ->
         cost_usd=None,
         warnings=(),
         archived_at=None,
+        join_id="",  # a follow-up reports in the thread; nobody waits for it
     )
     deps.runs.create(new)
     siblings = [

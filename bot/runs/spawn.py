@@ -1,14 +1,19 @@
 """Spawning a run: validate what was asked, write the run record, enqueue its job.
 
-Model and thinking resolve as: the request -> the type's model -> the agent's subagent
-default -> the global default. An unknown model warns and falls back; a bad thinking value
-or an unknown type is an error (:class:`~bot.errors.SpawnRejected`). Whoever spawns (the
+Model resolves as: the request -> the type's ``model`` -> the agent's ``subagent_model`` ->
+the agent's own ``model`` -> ``subagents.model`` -> ``openai.model``; thinking as: the
+request -> the type's -> the agent's ``subagent_thinking`` -> ``subagents.thinking``. An
+unknown model warns and falls back; a bad thinking value or an unknown type is an error
+(:class:`~bot.errors.SpawnRejected`). The timeout is the request's (``0``: no soft deadline
+of its own, i.e. ``subagents.max_run_timeout_seconds``) else ``subagents.run_timeout_seconds``,
+never above that maximum. The context is the request's, else the type's. Whoever spawns (the
 main agent's ``sessions_spawn`` tool, later a chat command) builds a
 :class:`SpawnRequest`; the lifecycle does the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable
@@ -17,10 +22,15 @@ from dataclasses import dataclass
 from bot.config import THINKING_LEVELS, Settings
 from bot.deps import Deps
 from bot.errors import SpawnRejected
+from bot.observe import record as observed
+from bot.observe import tracing
+from bot.runs.budget import SpawnBudget, spawn_limits
 from bot.runs.catalog import subagent_types
+from bot.runs.line import show_places
+from bot.runs.threads import request_thread
 from bot.sessions import new_child_session_key
 from bot.store.jobs import RunJobSpec
-from bot.types import Cleanup, RunRecord, ThreadRef
+from bot.types import Cleanup, ResultFormat, RunContext, RunRecord, ThreadRef
 
 KnownModels = Callable[[], frozenset[str] | None]
 """Asked only when a model is requested: the models the endpoint knows (None: unknown)."""
@@ -40,8 +50,17 @@ class SpawnRequest:
         subagent_type: Type name; None = ``general-purpose``.
         model: Requested model, if any.
         thinking: Requested reasoning effort, if any.
-        timeout_s: Run timeout; None = the configured default.
+        timeout_s: Run timeout; None = the configured default, 0 = the configured maximum.
+        context: ``isolated`` or ``fork``; None = the type's.
         cleanup: Whether the child session is archived at once when it ends.
+        join_id: The fan-in it joins, if any (see :mod:`bot.runs.join`).
+        parent_run_id: The spawning run, for a child ("" when the main agent spawns).
+        root_run_id: Its tree's root ("" = itself).
+        depth: 1 for the main agent's runs, the parent's + 1 for a child.
+        max_tokens: Requested token limit of the run (see :mod:`bot.runs.budget`).
+        max_cost_usd: Requested USD limit of the run.
+        notes: Warnings its announce carries from the start (a schedule that fired late).
+        own_thread: Give it a thread of its own (:mod:`bot.runs.threads`).
     """
 
     task: str
@@ -55,8 +74,18 @@ class SpawnRequest:
     thinking: str | None = None
     timeout_s: int | None = None
     cleanup: Cleanup = Cleanup.KEEP
+    join_id: str = ""
+    context: RunContext | None = None
+    parent_run_id: str = ""
+    root_run_id: str = ""
+    depth: int = 1
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    notes: tuple[str, ...] = ()
+    own_thread: bool = False
 
 
+@tracing.traced("spawn")
 def spawn_run(deps: Deps, request: SpawnRequest, *, known_models: KnownModels) -> RunRecord:
     """Validate ``request``, record the run and enqueue it; returns the queued record."""
     s = deps.settings
@@ -64,14 +93,40 @@ def spawn_run(deps: Deps, request: SpawnRequest, *, known_models: KnownModels) -
     type_name = request.subagent_type or "general-purpose"
     if type_name not in types:
         raise SpawnRejected(f"unknown subagent_type {type_name!r}; available: {', '.join(types)}")
-    thinking = resolve_thinking(s, request.agent_id, request.thinking)
+    sub_type = types[type_name]
+    thinking = resolve_thinking(s, request.agent_id, request.thinking or sub_type.thinking)
     model, warnings = resolve_model(
-        s, request.agent_id, request.model or types[type_name].model, known_models
+        s, request.agent_id, request.model or sub_type.model, known_models
     )
-    record = _new_record(deps, request, type_name, model, thinking, warnings)
-    deps.runs.create(record)
+    timeout_s, timeout_warnings = resolve_timeout(s, request.timeout_s)
+    limits = spawn_limits(deps, sub_type, _budget_ask(request))
+    record = _new_record(deps, request, type_name, model, thinking, warnings + timeout_warnings)
+    record = dataclasses.replace(
+        record,
+        timeout_s=timeout_s,
+        context=request.context or RunContext(sub_type.context),
+        result_format=ResultFormat.JSON if sub_type.output_schema else ResultFormat.TEXT,
+        max_tokens=limits.tokens,
+        max_cost_usd=limits.usd,
+    )
+    if not deps.runs.create(record) and record.join_id:
+        record = dataclasses.replace(record, join_id="")  # the join had closed meanwhile
+    if request.own_thread:
+        request_thread(deps, record)
     enqueue_run(deps, record)
+    observed.run_spawned(deps, record)
     return record
+
+
+def _budget_ask(request: SpawnRequest) -> SpawnBudget:
+    return SpawnBudget(
+        session_key=request.session_key,
+        requester=request.requester,
+        parent_run_id=request.parent_run_id,
+        root_run_id=request.root_run_id,
+        tokens=request.max_tokens,
+        usd=request.max_cost_usd,
+    )
 
 
 def resolve_model(
@@ -79,11 +134,12 @@ def resolve_model(
 ) -> tuple[str, list[str]]:
     """Pick the run's model; an unknown requested model falls back with a warning."""
     s = settings
-    default = s.agent(agent_id).subagent_model or s.subagents.model or s.openai.model
+    agent = s.agent(agent_id)
+    default = agent.subagent_model or agent.model or s.subagents.model or s.openai.model
     if not requested:
         return default, []
     configured = {s.openai.model, *s.openai.models, *s.prices}
-    configured |= {m for m in (s.subagents.model,) if m}
+    configured |= {m for m in (s.subagents.model, agent.subagent_model, agent.model) if m}
     configured |= {t.model for t in s.subagent_types if t.model}
     if requested in configured:
         return requested, []
@@ -93,6 +149,21 @@ def resolve_model(
     if requested in (listed or frozenset()):
         return requested, []
     return default, [f"unknown model {requested!r}; using {default!r}"]
+
+
+def resolve_timeout(settings: Settings, requested: int | None) -> tuple[int, list[str]]:
+    """The run's timeout in seconds: ``requested`` (0: the maximum) else the default, at
+    most ``subagents.max_run_timeout_seconds`` (a warning says when a request was cut)."""
+    sub = settings.subagents
+    if requested == 0:
+        return sub.max_run_timeout_seconds, []
+    wanted = requested or sub.run_timeout_seconds
+    if wanted <= sub.max_run_timeout_seconds:
+        return wanted, []
+    warning = (
+        f"runTimeoutSeconds {wanted} is above the maximum; using {sub.max_run_timeout_seconds}"
+    )
+    return sub.max_run_timeout_seconds, [warning] if requested else []
 
 
 def resolve_thinking(settings: Settings, agent_id: str, requested: str | None) -> str:
@@ -129,18 +200,28 @@ def _new_record(
         cleanup=request.cleanup,
         created_at=time.time(),
         job_id=run_id,
-        warnings=tuple(warnings),
+        warnings=(*request.notes, *warnings),
+        join_id=request.join_id,
+        parent_run_id=request.parent_run_id,
+        root_run_id=request.root_run_id or run_id,
+        depth=request.depth,
+        traceparent=tracing.traceparent(),
     )
 
 
 def enqueue_run(deps: Deps, record: RunRecord) -> None:
-    """Put a recorded run on the ``subagents`` queue under the concurrency limit."""
+    """Put a recorded run in its session's line for a subagent slot (it starts at once
+    when one is free); a run that must wait is told its place."""
     sub = deps.settings.subagents
-    deps.jobs.enqueue_run(
+    admitted = deps.jobs.enqueue_run(
         RunJobSpec(
             run_id=record.job_id,
             timeout=record.timeout_s + sub.job_grace_seconds,
             max_concurrent=sub.max_concurrent,
             description=f"subagent #{record.seq} {record.label or record.task[:40]}",
+            session_key=record.session_key,
+            per_session=sub.max_concurrent_per_session,
         )
     )
+    if record.job_id not in admitted:
+        show_places(deps, from_run=record.job_id)

@@ -2,8 +2,9 @@
 
 Stop, for one run:
 
-1. queued: cancel the RQ job first — ``Job.cancel`` gives its concurrency slot to the next
-   waiting run (finalize only drops the slot, it promotes nobody);
+1. queued: cancel the RQ job first, and take the run out of its session's line for a slot
+   (:mod:`bot.store.fair`); a run that already held a slot frees it at its finalize, which
+   admits the next waiting run;
 2. finalize ``stopped`` right away, keeping the partial result the run recorded, so the
    status and the announce never wait for a model call to return (and name who stopped it);
 3. set its stop flag (the run checks it between steps, and RQ's callbacks read it);
@@ -25,11 +26,13 @@ import time
 from dataclasses import dataclass
 
 from bot.deps import Deps
+from bot.runs.approvals import withdraw
 from bot.runs.finalize import finalize_run
-from bot.runs.render import format_duration, format_tokens
+from bot.runs.render import format_duration, format_tokens, run_name
 from bot.sessions import qualified_user
 from bot.store.stops import TURN_MEMBER
-from bot.types import RunRecord, RunStatus
+from bot.store.streams import put_outbound
+from bot.types import Outbound, OutboundKind, RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +73,59 @@ def stop_run(deps: Deps, run_id: str, *, by: str) -> StopResult:
         deps, run_id, status=RunStatus.STOPPED, result=None, notes=stop_note(deps, record, by)
     )
     deps.runs.request_stop(run_id)
-    sent = _hard_stop(deps, record) if executing else False
+    if record.parked_at is not None and record.approval_id:
+        withdraw(deps, record.approval_id)  # its request must not wait for a decision
+    sent = _hard_stop(deps, record) if executing and record.parked_at is None else False
     log.info("run %s stopped by %s (ended=%s, hard stop=%s)", run_id, by, ended, sent)
+    _stop_children(deps, record, by=by)
     return StopResult(run_id=run_id, was=record.status, ended=ended, hard_stop_sent=sent)
+
+
+def children_of(deps: Deps, record: RunRecord) -> list[RunRecord]:
+    """The runs ``record`` spawned (they live in its requester session)."""
+    return [
+        r for r in deps.runs.session_runs(record.session_key) if r.parent_run_id == record.run_id
+    ]
+
+
+def _stop_children(deps: Deps, record: RunRecord, *, by: str) -> None:
+    """Cascade: cancel the run's own fan-ins, then stop every unfinished descendant."""
+    for join_id in deps.joins.of_session(record.session_key):
+        if join_id.startswith(f"{record.run_id}-"):
+            deps.joins.cancel(join_id)
+    for child in children_of(deps, record):
+        if not child.status.terminal:
+            stop_run(deps, child.run_id, by=f"{by} (its parent #{record.seq} was stopped)")
+
+
+def stop_orphans(deps: Deps) -> list[RunRecord]:
+    """Maintenance: stop unfinished runs whose parent ended (it died, or a spawn raced its
+    stop), and tell the thread when the parent did not end by a stop; returns them."""
+    stopped: list[RunRecord] = []
+    for record in deps.runs.get_many(sorted(deps.runs.active_ids())):
+        if not record.parent_run_id or record.status.terminal:
+            continue
+        parent = deps.runs.get(record.parent_run_id)
+        if parent is not None and not parent.status.terminal:
+            continue
+        why = parent.status.value if parent is not None else "gone"
+        if stop_run(deps, record.run_id, by=f"fanbot (its parent ended: {why})").ended:
+            stopped.append(record)
+            if parent is None or parent.status is not RunStatus.STOPPED:
+                _tell_orphaned(deps, record, parent)
+    return stopped
+
+
+def _tell_orphaned(deps: Deps, record: RunRecord, parent: RunRecord | None) -> None:
+    ended = f"#{parent.seq} ended {parent.status.value}" if parent else "is gone"
+    text = f'⏹️ Stopped subagent #{record.seq} "{run_name(record)}": its parent {ended}.'
+    notice = Outbound(
+        thread=record.thread,
+        text=text,
+        kind=OutboundKind.REPLY,
+        idempotency_key=f"orphan:{record.run_id}",
+    )
+    put_outbound(deps.redis, deps.keys, notice)
 
 
 def stop_note(deps: Deps, record: RunRecord, by: str, *, now: float | None = None) -> str:

@@ -52,6 +52,51 @@ def put_outbound(client: redis.Redis, keys: Keys, message: Outbound) -> str:
     return entry.decode() if isinstance(entry, bytes) else str(entry)
 
 
+def posted_part(client: redis.Redis, keys: Keys, key: str, index: int = 0) -> str | None:
+    """The platform id of part ``index`` of the message sent under ``key``, once posted."""
+    raw = client.hget(keys.parts(key), str(index))
+    return None if raw is None else _text(raw)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backlog:
+    """What the gateways have not settled yet (for metrics).
+
+    Attributes:
+        unacknowledged: Entries written and not acknowledged (read or not).
+        oldest_seconds: Age of the oldest of them (0 when there is none).
+    """
+
+    unacknowledged: int
+    oldest_seconds: float
+
+
+UNREAD_COUNT_CAP = 10_000  # Redis < 7 has no group lag: unread entries are counted up to this
+
+
+def backlog(client: redis.Redis, keys: Keys, *, now: float | None = None) -> Backlog:
+    """The outbox's backlog, read with a sync client (the metrics exporter's thread)."""
+    now = time.time() if now is None else now
+    try:
+        groups: Any = client.xinfo_groups(keys.outbox)
+    except redis.ResponseError:  # no stream yet
+        return Backlog(unacknowledged=0, oldest_seconds=0.0)
+    group = next((g for g in groups if _text(g.get("name")) == GROUP), None)
+    last = _text(group.get("last-delivered-id")) if group else "0-0"
+    summary: Any = client.xpending(keys.outbox, GROUP) if group else {"pending": 0}
+    unread: Any = client.xrange(keys.outbox, min=f"({last}", max="+", count=UNREAD_COUNT_CAP)
+    lag = group.get("lag") if group else None
+    count = int(summary["pending"]) + (int(lag) if lag is not None else len(unread))
+    firsts = [_text(summary["min"])] if summary["pending"] else []
+    firsts += [_text(unread[0][0])] if unread else []
+    oldest = min((entry_time(i) for i in firsts), default=now)
+    return Backlog(unacknowledged=count, oldest_seconds=max(0.0, now - oldest))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def entry_time(entry_id: str) -> float:
     """Epoch seconds at which the stream entry ``entry_id`` was written."""
     return stream_id(entry_id)[0] / 1000
@@ -212,6 +257,11 @@ class Outbox:
     async def unlock(self, key: str, holder: str) -> bool:
         """Drop the sending lock of ``key`` if ``holder`` holds it."""
         return bool(await self._delete_if_equal(keys=[self.keys.sending(key)], args=[holder]))
+
+    async def posted(self, key: str) -> dict[int, str]:
+        """Part index -> platform id of what was posted under ``key`` so far."""
+        parts: Any = await self.redis.hgetall(self.keys.parts(key))
+        return {int(index): str(value) for index, value in parts.items()}
 
     async def record_part(self, key: str, index: int, message_id: str) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:

@@ -9,6 +9,7 @@ gateway edits the same message instead of posting a new one.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.typing import EncodableT, FieldT
 
 from bot.keys import Keys
 from bot.types import ThreadRef
@@ -26,28 +28,48 @@ STATUS_TTL = 7 * 86_400
 
 @dataclass(frozen=True, kw_only=True)
 class ProgressEvent:
-    """One step of a run, rendered by the gateway as that run's status line."""
+    """One step of a run, rendered by the gateway as that run's status line.
+
+    Attributes:
+        run_id: The run.
+        thread: Where its status card lives.
+        text: What it is doing (a final event: its status).
+        final: The run ended; the card shows how.
+        tools: Tool calls so far (None: not counted, e.g. before the first step).
+        elapsed: Seconds since the run started (None: not known).
+        quiet: A final event of a run that announces nothing (``ANNOUNCE_SKIP``): its
+            card goes away instead of showing the status.
+        note: A standing remark the card shows while the run works (a budget warning).
+    """
 
     run_id: str
     thread: ThreadRef
     text: str
     final: bool = False
+    tools: int | None = None
+    elapsed: float | None = None
+    quiet: bool = False
+    note: str = ""
 
 
 def put_progress(client: redis.Redis, keys: Keys, event: ProgressEvent) -> None:
     """Append a progress event to its capped stream (a flood never delays announces)."""
-    client.xadd(
-        keys.progress,
-        {
-            "run_id": event.run_id,
-            "thread": json.dumps(event.thread.to_json()),
-            "text": event.text,
-            "final": "1" if event.final else "",
-            "ts": str(time.time()),
-        },
-        maxlen=PROGRESS_MAXLEN,
-        approximate=True,
-    )
+    fields: dict[FieldT, EncodableT] = {
+        "run_id": event.run_id,
+        "thread": json.dumps(event.thread.to_json()),
+        "text": event.text,
+        "final": "1" if event.final else "",
+        "ts": str(time.time()),
+    }
+    if event.tools is not None:
+        fields["tools"] = str(event.tools)
+    if event.elapsed is not None:
+        fields["elapsed"] = f"{event.elapsed:.3f}"
+    if event.quiet:
+        fields["quiet"] = "1"
+    if event.note:
+        fields["note"] = event.note
+    client.xadd(keys.progress, fields, maxlen=PROGRESS_MAXLEN, approximate=True)
 
 
 def decode(fields: Mapping[str, str]) -> ProgressEvent | None:
@@ -59,9 +81,27 @@ def decode(fields: Mapping[str, str]) -> ProgressEvent | None:
             thread=thread,
             text=fields.get("text", ""),
             final=bool(fields.get("final")),
+            tools=_count(fields.get("tools")),
+            elapsed=_seconds(fields.get("elapsed")),
+            quiet=bool(fields.get("quiet")),
+            note=fields.get("note", ""),
         )
     except (KeyError, ValueError, TypeError):
         return None
+
+
+def _count(raw: str | None) -> int | None:
+    """An optional count; a malformed one is dropped, not the event."""
+    return int(raw) if raw is not None and raw.isdigit() and raw.isascii() else None
+
+
+def _seconds(raw: str | None) -> float | None:
+    """An optional duration; a malformed one is dropped, not the event."""
+    try:
+        value = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and 0 <= value < math.inf else None
 
 
 class ProgressStore:

@@ -24,6 +24,10 @@ def _optional_float(value: str) -> float | None:
     return float(value) if value else None
 
 
+def _optional_int(value: str) -> int | None:
+    return int(value) if value else None
+
+
 def _decoder(hint: Any) -> Decoder:
     if hint is str:
         return str
@@ -33,6 +37,8 @@ def _decoder(hint: Any) -> Decoder:
         return lambda v: float(v or 0)
     if hint == float | None:
         return _optional_float
+    if hint == int | None:
+        return _optional_int
     if hint is ThreadRef:
         return lambda v: ThreadRef.from_json(json.loads(v))
     if hint == tuple[str, ...]:

@@ -19,18 +19,21 @@ import redis
 
 from bot.keys import Keys, glob_escape
 from bot.store import as_text
+from bot.store.joins import FIRE_LUA, JOIN_TTL_SECONDS
 from bot.store.run_codec import decode_record, encode_record
 from bot.types import Outbound, RunRecord, RunStatus
 
 __all__ = ["Finalization", "RunsRegistry", "decode_record", "encode_record"]
 
-_FINALIZE = """
+_FINALIZE = (
+    FIRE_LUA
+    + """
 local cur = redis.call('HGET', KEYS[1], 'status')
 if not cur or (cur ~= 'queued' and cur ~= 'running') then
   return 0
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'ended_at', ARGV[2])
-for i = 9, #ARGV, 2 do
+for i = 11, #ARGV, 2 do
   redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
 end
 redis.call('SREM', KEYS[2], ARGV[3])
@@ -48,6 +51,45 @@ end
 if ARGV[7] ~= '' then
   redis.call('ZADD', KEYS[6], ARGV[7], ARGV[3])
 end
+if KEYS[8] ~= '' then
+  redis.call('SREM', KEYS[9], ARGV[3])
+  if redis.call('HGET', KEYS[8], 'state') == 'sealed' and redis.call('SCARD', KEYS[9]) == 0 then
+    fire(KEYS[8], KEYS[10], KEYS[11], ARGV[9], ARGV[2], ARGV[10])
+    return 2
+  end
+end
+return 1
+"""
+)
+
+_CREATE_JOINED = """
+local joined = 0
+if redis.call('HGET', KEYS[5], 'state') == 'open' then
+  redis.call('SADD', KEYS[6], ARGV[1])
+  redis.call('SADD', KEYS[7], ARGV[1])
+  redis.call('EXPIRE', KEYS[6], ARGV[4])
+  redis.call('EXPIRE', KEYS[7], ARGV[4])
+  joined = 1
+end
+for i = 5, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+if joined == 0 then
+  redis.call('HSET', KEYS[1], 'join_id', '')
+end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[1])
+return joined
+"""
+
+_MARK_RESUMED = """
+local parked = redis.call('HGET', KEYS[1], 'parked_at')
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' or not parked or parked == '' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'parked_at', '')
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return 1
 """
 
@@ -100,11 +142,17 @@ class RunsRegistry:
         self.history_max = history_max
         self._finalize = redis.register_script(_FINALIZE)
         self._mark_running = redis.register_script(_MARK_RUNNING)
+        self._create_joined = redis.register_script(_CREATE_JOINED)
+        self._mark_resumed = redis.register_script(_MARK_RESUMED)
 
     def next_seq(self, session_key: str) -> int:
         return int(self.redis.incr(self.keys.session_seq(session_key)))
 
-    def create(self, record: RunRecord) -> None:
+    def create(self, record: RunRecord) -> bool:
+        """Record a new run; one with a ``join_id`` joins that fan-in in the same script,
+        if it is still open (else its ``join_id`` is stored empty). True if it joined."""
+        if record.join_id:
+            return self._create_in_join(record)
         with self.redis.pipeline() as pipe:
             pipe.hset(
                 self.keys.run(record.run_id), mapping=cast("dict[Any, Any]", encode_record(record))
@@ -115,6 +163,27 @@ class RunsRegistry:
             pipe.zadd(self.keys.all_runs, {record.run_id: record.created_at})
             pipe.sadd(self.keys.active_runs, record.run_id)
             pipe.execute()
+        return False
+
+    def _create_in_join(self, record: RunRecord) -> bool:
+        keys = [
+            self.keys.run(record.run_id),
+            self.keys.session_runs(record.session_key),
+            self.keys.all_runs,
+            self.keys.active_runs,
+            self.keys.join(record.join_id),
+            self.keys.join_pending(record.join_id),
+            self.keys.join_runs(record.join_id),
+        ]
+        args: list[str | float | int] = [
+            record.run_id,
+            record.created_at,
+            record.join_id,
+            JOIN_TTL_SECONDS,
+        ]
+        for name, value in encode_record(record).items():
+            args.extend([name, value])
+        return bool(self._create_joined(keys=keys, args=args))
 
     def get(self, run_id: str) -> RunRecord | None:
         raw = self.redis.hgetall(self.keys.run(run_id))
@@ -161,6 +230,13 @@ class RunsRegistry:
     def active_ids(self) -> set[str]:
         return {as_text(i) for i in self.redis.smembers(self.keys.active_runs)}
 
+    def active_statuses(self) -> list[str]:
+        """The status of every run not terminal yet (one round trip after the set)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in self.active_ids():
+                pipe.hget(self.keys.run(run_id), "status")
+            return [as_text(s) for s in pipe.execute() if s is not None]
+
     def update(self, run_id: str, **values: str | int | float) -> None:
         self.redis.hset(self.keys.run(run_id), mapping={k: str(v) for k, v in values.items()})
 
@@ -175,6 +251,20 @@ class RunsRegistry:
         keys = [self.keys.run(run_id), self.keys.heartbeat(run_id)]
         return bool(self._mark_running(keys=keys, args=[now, int(heartbeat_ttl * 1000)]))
 
+    def park(self, run_id: str, *, rounds: int, **values: str | int | float) -> None:
+        """The run waits for its children with no job: no heartbeat is expected."""
+        with self.redis.pipeline() as pipe:
+            fields = {k: str(v) for k, v in values.items()}
+            fields |= {"parked_at": str(time.time()), "rounds": str(rounds)}
+            pipe.hset(self.keys.run(run_id), mapping=cast("dict[Any, Any]", fields))
+            pipe.delete(self.keys.heartbeat(run_id))
+            pipe.execute()
+
+    def mark_resumed(self, run_id: str, *, heartbeat_ttl: float) -> bool:
+        """parked -> executing again (with a first heartbeat); False unless it is parked."""
+        keys = [self.keys.run(run_id), self.keys.heartbeat(run_id)]
+        return bool(self._mark_resumed(keys=keys, args=[time.time(), int(heartbeat_ttl * 1000)]))
+
     def beat(self, run_id: str, *, ttl: float) -> None:
         self.redis.set(self.keys.heartbeat(run_id), time.time(), px=int(ttl * 1000))
 
@@ -187,15 +277,27 @@ class RunsRegistry:
     def stop_requested(self, run_id: str) -> bool:
         return bool(self.redis.exists(self.keys.stop_flag(run_id)))
 
-    def push_inbox(self, run_id: str, message: str) -> None:
-        self.redis.rpush(self.keys.inbox(run_id), message)
+    def push_inbox(self, run_id: str, message: str, *, receipt: str = "") -> None:
+        """Queue ``message`` for the run; ``receipt`` (a receipt id, :mod:`bot.runs.receipts`)
+        travels beside it in a parallel list written in the same transaction."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(self.keys.inbox(run_id), message)
+            pipe.rpush(self.keys.inbox_receipts(run_id), receipt)
+            pipe.expire(self.keys.inbox_receipts(run_id), 7 * 86_400)
+            pipe.execute()
 
     def drain_inbox(self, run_id: str) -> list[str]:
+        return [message for message, _ in self.drain_inbox_receipts(run_id)]
+
+    def drain_inbox_receipts(self, run_id: str) -> list[tuple[str, str]]:
+        """Take every queued ``(message, receipt id)``; "" for a message without one."""
         with self.redis.pipeline() as pipe:
             pipe.lrange(self.keys.inbox(run_id), 0, -1)
-            pipe.delete(self.keys.inbox(run_id))
-            items, _ = pipe.execute()
-        return [as_text(i) for i in items]
+            pipe.lrange(self.keys.inbox_receipts(run_id), 0, -1)
+            pipe.delete(self.keys.inbox(run_id), self.keys.inbox_receipts(run_id))
+            items, receipts, _ = pipe.execute()
+        ids = [as_text(r) for r in receipts] + [""] * len(items)
+        return [(as_text(m), ids[i]) for i, m in enumerate(items)]
 
     def archive_at(self, run_id: str) -> float | None:
         """When the run's child session is due to be archived, if scheduled."""
@@ -229,9 +331,15 @@ class RunsRegistry:
             pipe.execute()
 
     def finalize(
-        self, record: RunRecord, outcome: Finalization, *, slot_key: str | None = None
-    ) -> bool:
-        """Atomically end ``record``'s run; True if this call made the transition."""
+        self,
+        record: RunRecord,
+        outcome: Finalization,
+        *,
+        slot_key: str | None = None,
+        join_grace: float = 5.0,
+    ) -> int:
+        """Atomically end ``record``'s run: 0 if it had ended already, 1 if this call ended
+        it, 2 if that also fired its join (it was the join's last pending run)."""
         extra: dict[str, str | int | float] = {"result": outcome.result, "notes": outcome.notes}
         extra.update(outcome.extra or {})
         argv: list[str | int | float] = [
@@ -243,6 +351,8 @@ class RunsRegistry:
             self.history_max,
             outcome.archive_at if outcome.archive_at is not None else "",
             record.job_id,
+            record.join_id,
+            join_grace,
         ]
         for name, value in extra.items():
             argv.extend([name, value])
@@ -255,4 +365,15 @@ class RunsRegistry:
             self.keys.archive_due,
             slot_key or "",
         ]
-        return bool(self._finalize(keys=keys, args=argv))
+        join = record.join_id
+        keys += (
+            [
+                self.keys.join(join),
+                self.keys.join_pending(join),
+                self.keys.joins_ready,
+                self.keys.joins_open,
+            ]
+            if join
+            else ["", "", "", ""]
+        )
+        return int(self._finalize(keys=keys, args=argv))

@@ -71,6 +71,10 @@ class TranscriptStore:
     def length(self, session_id: str) -> int:
         return int(self.redis.llen(self.keys.transcript(session_id)))
 
+    def length_key(self, key: str) -> int:
+        """How many messages are under ``key`` (a live or an archived transcript)."""
+        return int(self.redis.llen(key))
+
     def archive(self, session_id: str, *, now: float | None = None) -> str | None:
         """Rename the transcript to ``<key>.deleted.<ts>``; return the new key or None."""
         src = self.keys.transcript(session_id)

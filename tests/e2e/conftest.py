@@ -10,7 +10,9 @@ def stack_values(redis_url: str, base_url: str, **extra: Any) -> dict[str, Any]:
     values: dict[str, Any] = {
         "redis_url": redis_url,
         "openai": {"base_url": base_url, "model": "fake-model", "max_retries": 2},
-        "subagents": {"heartbeat_seconds": 0.5, "stale_after_seconds": 3},
+        # Fan-in has its own tests (test_fan_in.py); these scripts answer every user
+        # message, a continuation's too, by spawning, so they run with announce cards.
+        "subagents": {"heartbeat_seconds": 0.5, "stale_after_seconds": 3, "announce": "cards"},
         "gateway": {
             "progress_edit_seconds": 0.5,
             "reclaim_idle_seconds": 2,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -56,7 +57,8 @@ def test_piped_console_fans_out_announces_and_exits(tmp_path: Path) -> None:
     for label in ("Research", "Outline", "Review"):
         assert f'"{label}" (general-purpose) finished' in out
     assert out.count("Status: success") == 3
-    assert "⏳ Subagent #" in out  # progress status lines
+    assert "⏳ [general-purpose] Subagent #" in out  # progress lines: type tag first
+    assert len(re.findall(r"— success \(\d+ tools?, [\dms.]+\)$", out, re.M)) == 3, out
     assert (tmp_path / "state" / "redis" / "appendonlydir").exists() or any(
         (tmp_path / "state" / "redis").glob("*.aof")
     )

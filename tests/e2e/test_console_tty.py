@@ -154,7 +154,10 @@ def test_ctrl_c_stops_three_runs_and_every_process(tmp_path: Path, consoles: lis
 
     pressed = time.monotonic()
     tty.child.sendintr()
-    tty.wait_for("Stopping 3 runs and the workers… (Ctrl-C again to force)", timeout=5)
+    # The combined answer the fan-in will bring is still to come: "fanbot's answer".
+    tty.wait_for(
+        "Stopping fanbot's answer, 3 runs and the workers… (Ctrl-C again to force)", timeout=5
+    )
     status = tty.wait_exit(timeout=15)
     took = time.monotonic() - pressed
     print(f"Ctrl-C to exit: {took:.2f}s")
@@ -268,9 +271,9 @@ def test_ctrl_d_says_what_it_waits_for_and_a_second_ctrl_c_forces(
     tty.wait_for("Started 3 subagents")
     tree = tty.descendants()
     tty.child.sendeof()
-    tty.wait_for("Waiting for 3 runs to finish… Ctrl-C to stop them")
+    tty.wait_for("Waiting for fanbot's answer and 3 runs… Ctrl-C to stop them")
     tty.child.sendintr()  # the prompt is gone: the terminal sends SIGINT now
-    tty.wait_for("Stopping 3 runs and the workers… (Ctrl-C again to force)")
+    tty.wait_for("Stopping fanbot's answer, 3 runs and the workers… (Ctrl-C again to force)")
     tty.child.sendintr()
     tty.wait_for("Forcing: killing whatever still runs.")
     assert tty.wait_exit(timeout=10) == 130

@@ -65,7 +65,11 @@ async def test_send_steers_a_running_run_then_follows_up_a_finished_one(redis_ur
     assert "Result: follow-up of: steered: use 6*7 instead" in followed
     assert f"id {follow.run_id[:8]}" in followed
     replies = [m.text for m in channel.replies]
-    assert "📨 Sent to subagent #1 · work; it reads your message before its next step." in replies
+    assert (
+        "📨 Queued for subagent #1 · work: it reads your message before its next step." in replies
+    )
+    # The run read it between two steps: the reply was edited to say so.
+    assert any(e.text.startswith("✅ Delivered to subagent #1 · work") for e in channel.edits)
     assert any(
         r.startswith("↪️ Subagent #1 · work had ended (success)") and "run #2" in r for r in replies
     )

@@ -6,6 +6,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
 
@@ -24,7 +25,7 @@ from bot.testing.scripted import (
     ToolCalls,
     is_subagent,
 )
-from bot.testing.stack import Stack
+from bot.testing.stack import Stack, WorkerPool, hermetic_env
 from bot.types import RunRecord, RunStatus
 from tests.e2e.conftest import stack_values
 
@@ -127,18 +128,26 @@ async def _run_until_running(stack: Stack, channel: MemoryChannel, redis_url: st
     return record
 
 
-async def test_sigkilled_worker_host_ends_unknown_via_the_reaper(redis_url: str) -> None:
+async def test_sigkilled_worker_host_ends_unknown_via_the_reaper(
+    redis_url: str, tmp_path: Path
+) -> None:
     model = spawner(["hang around"], lambda r: Hang(60))
     async with FakeOpenAI(model, models=["fake-model"]) as fake:
         channel = MemoryChannel()
         values = stack_values(redis_url, fake.base_url)
         async with Stack(values=values, adapters=[channel], workers=1) as stack:
             await _run_until_running(stack, channel, redis_url)
-            killed_at = time.monotonic()
-            for pid in stack.pool.worker_pids() + stack.pool.horse_pids():
-                os.kill(pid, signal.SIGKILL)  # the RQ worker first, so no horse handler runs
-            await stack.wait_for(lambda: len(channel.announces) == 1, timeout=40)
-            detected = time.monotonic() - killed_at
+            # Another host's launcher runs the reaper; this host goes whole (its launcher
+            # would otherwise end the run at once: tests/faults/test_worker_faults.py).
+            other = WorkerPool(env=hermetic_env(values), count=1, log_path=tmp_path / "b.log")
+            other.start()
+            try:
+                killed_at = time.monotonic()
+                stack.pool.kill_all()
+                await stack.wait_for(lambda: len(channel.announces) == 1, timeout=40)
+                detected = time.monotonic() - killed_at
+            finally:
+                other.stop()
     text = channel.announces[0].text
     assert "Status: unknown" in text
     assert "the worker stopped responding (no heartbeat for 3s)" in text

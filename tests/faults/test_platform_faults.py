@@ -46,9 +46,10 @@ FORUM = forum()
 TOPICS = {"alpha": 11, "beta": 22}
 SLACK_CHANNEL = "C0GENERAL"
 _SPAWN = re.compile(r"spawn (\w+) (\d)")
-# Status lines ("⏳ Subagent #1 "alpha-0" — step 1 …", finally "✅ … — success") are best
-# effort and bypass the outbox; announces carry the template's "Status:" line.
-_SUBAGENT = re.compile(r"^\S+ Subagent #\d+ ")
+# Status lines ("⏳ [general-purpose] Subagent #1 "alpha-0" — step 1 …", finally
+# "✅ … — success (1 tool, 0.4s)") are best effort and bypass the outbox; announces carry
+# the template's "Status:" line.
+_SUBAGENT = re.compile(r"^\S+ (?:\[[^\]]+\] )?Subagent #\d+ ")
 OUTAGE = 2.0  # seconds the platform is down in the connection-refused test
 FAST_DELIVERY = {"delivery_backoff_seconds": 0.1, "delivery_backoff_max_seconds": 1.0}
 

@@ -7,6 +7,7 @@ shipped, not with test-only fast timers.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from pathlib import Path
@@ -145,3 +146,56 @@ async def test_sigterm_past_the_grace_stops_the_run_cleanly(redis_url: str) -> N
     assert statuses(redis_url) == {"never ends": RunStatus.STOPPED}
     assert slots_taken(redis_url) == 0
     print(f"SIGTERM past the grace -> stopped and the launcher exited in {stopped_in:.1f}s")
+
+
+def _worker_running_the_run(pool: WorkerPool) -> tuple[int, int]:
+    """``(worker pid, horse pid)`` of the one worker executing a job."""
+    import psutil
+
+    for pid in pool.worker_pids():
+        horses = psutil.Process(pid).children()
+        if horses:
+            return pid, horses[0].pid
+    raise AssertionError("no worker is running a job")
+
+
+async def test_sigkilled_worker_and_horse_on_a_live_host_end_unknown_by_the_launcher(
+    redis_url: str,
+) -> None:
+    """The launcher sees its worker die and ends that worker's run at once (not when the
+    heartbeat expires), and keeps supervising."""
+    model = spawner(["first"], lambda r: Hang(120))
+    async with FakeOpenAI(model, models=["fake-model"]) as fake:
+        channel = MemoryChannel()
+        values = stack_values(redis_url, fake.base_url, subagents=DEFAULT_TIMERS)
+        async with Stack(values=values, adapters=[channel], workers=1) as stack:
+            await channel.say("go")
+            await stack.wait_for(lambda: running(redis_url), timeout=20)
+            worker, horse = _worker_running_the_run(stack.pool)
+            os.kill(horse, signal.SIGKILL)
+            os.kill(worker, signal.SIGKILL)
+            await stack.wait_for(lambda: len(channel.announces) == 1, timeout=30)
+            launcher = stack.pool.launcher
+            assert launcher is not None and launcher.poll() is None
+    unknown = channel.announces[0].text
+    assert "Status: unknown" in unknown and "worker process died" in unknown, unknown
+    assert statuses(redis_url) == {"first": RunStatus.UNKNOWN}
+    assert slots_taken(redis_url) == 0
+
+
+async def test_sigkilled_worker_whose_horse_lives_on_lets_the_run_finish(redis_url: str) -> None:
+    """Only the worker process dies: its horse still runs the run, so nobody ends it early."""
+    model = spawner(["outlive"], lambda r: Text("finished by the orphan", delay=3))
+    async with FakeOpenAI(model, models=["fake-model"]) as fake:
+        channel = MemoryChannel()
+        values = stack_values(redis_url, fake.base_url, subagents=DEFAULT_TIMERS)
+        async with Stack(values=values, adapters=[channel], workers=1) as stack:
+            await channel.say("go")
+            await stack.wait_for(lambda: running(redis_url), timeout=20)
+            worker, _horse = _worker_running_the_run(stack.pool)
+            os.kill(worker, signal.SIGKILL)
+            await stack.wait_for(lambda: len(channel.announces) >= 1, timeout=30)
+            await asyncio.sleep(1.0)  # a second announce, if any, would be here by now
+    assert len(channel.announces) == 1
+    assert "Status: success" in channel.announces[0].text, channel.announces[0].text
+    assert statuses(redis_url) == {"outlive": RunStatus.SUCCESS}

@@ -37,6 +37,7 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.gateway.ingress import Ingress
 from bot.runs.access import MAX_TOKEN, Actor, may_control, resolve_run
+from bot.runs.logview import select_log
 from bot.sessions import requester_session_key
 from bot.types import Cleanup, Inbound, RunRecord, RunStatus, Sender, ThreadRef
 from tests.fuzz import fuzz_settings
@@ -559,7 +560,7 @@ messages = st.one_of(
 @given(batch=st.lists(messages, max_size=6), limit=st.integers(0, LOG_MAX), tools=st.booleans())
 def test_render_log_on_any_transcript(batch: list[dict[str, Any]], limit: int, tools: bool) -> None:
     run = seeded_runs(0)[0]
-    text = render_log(run, messages=batch, limit=limit, tools_only=tools)
+    text = render_log(run, view=select_log(batch, limit=limit, tools=tools), tools=tools)
     check_reply(text)
     for message in batch:
         assert len(log_line(message)) <= LOG_BULLET_MAX

@@ -65,9 +65,10 @@ def test_concurrent_finalizers_make_one_transition_and_one_announce(redis_url: s
 def test_finalize_releases_the_rq_slot_and_schedules_archive(redis_url: str) -> None:
     deps = deps_for(redis_url, subagents={"archive_after_minutes": 1})
     make_run(deps)
-    deps.redis.zadd("rq:rl:subagents:allowed", {"r1": 1.0})
+    slots = deps.jobs.subagent_slot_key()  # the fair slots (bot.store.fair)
+    deps.redis.zadd(slots, {"r1": 1.0})
     assert finalize_run(deps, "r1", status=RunStatus.SUCCESS, result="ok")
-    assert deps.redis.zscore("rq:rl:subagents:allowed", "r1") is None
+    assert deps.redis.zscore(slots, "r1") is None
     due = deps.redis.zscore(deps.keys.archive_due, "r1")
     assert due is not None and 55 < due - time.time() < 65
     deps.close()

@@ -159,6 +159,17 @@ async def test_edit_updates_the_status_message(slack: FakeSlack, channel: SlackC
     assert posted.text == "✅ *done*" and posted.edits == ["⏳ running"]
 
 
+async def test_delete_removes_the_status_message(slack: FakeSlack, channel: SlackChannel) -> None:
+    [ts] = await channel.send(Outbound(thread=THREAD, text="⏳ running", kind=OutboundKind.STATUS))
+    await channel.delete(THREAD, ts)
+    [call] = slack.calls_to("chat.delete")
+    assert call.args["ts"] == ts and call.args["channel"] == "C0GENERAL"
+    assert slack.messages[0].deleted
+    with pytest.raises(DeliveryError) as info:  # gone: the caller edits nothing further
+        await channel.delete(THREAD, ts)
+    assert info.value.permanent
+
+
 async def test_edit_of_unknown_message_is_permanent(
     slack: FakeSlack, channel: SlackChannel
 ) -> None:

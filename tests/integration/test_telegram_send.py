@@ -184,6 +184,21 @@ async def test_edit_replaces_text_and_ignores_not_modified(
     assert caught.value.retry_after == 3
 
 
+async def test_delete_removes_the_status_message_once(
+    tg: FakeTelegram, polling: TelegramChannel, topic: ThreadRef
+) -> None:
+    (message_id,) = await polling.send(Outbound(thread=topic, text="⏳ running"))
+    await polling.delete(topic, message_id)
+    assert tg.messages[0].deleted
+    await polling.delete(topic, message_id)  # already gone: nothing to do
+    assert len(tg.calls_to("deleteMessage")) == 2
+    tg.inject("deleteMessage", status=400, description="Bad Request: message can't be deleted")
+    (other,) = await polling.send(Outbound(thread=topic, text="⏳ old"))
+    with pytest.raises(DeliveryError) as caught:
+        await polling.delete(topic, other)
+    assert caught.value.permanent
+
+
 async def test_typing_targets_the_topic_and_never_raises(
     tg: FakeTelegram, polling: TelegramChannel, topic: ThreadRef, general: ThreadRef
 ) -> None:

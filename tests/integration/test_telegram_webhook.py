@@ -57,7 +57,7 @@ async def test_start_sets_the_webhook_and_never_polls(
     _, url = webhook
     (call,) = tg.calls_to("setWebhook")
     assert call.params["url"] == url and call.params["secret_token"] == SECRET
-    assert call.params["allowed_updates"] == ["message", "edited_message"]
+    assert call.params["allowed_updates"] == ["message", "edited_message", "callback_query"]
     assert tg.calls_to("getUpdates") == []
     assert [c["command"] for c in tg.commands] == ["subagents", "stop", "help"]
 

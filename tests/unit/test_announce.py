@@ -63,7 +63,7 @@ def test_template_matches_the_design() -> None:
         "Status: success",
         "Result: It is fine.",
         "runtime 1m02s · tokens 3.1k (in 2.4k / out 700) · est $0.0012 · session "
-        "agent:main:subagent:abc · id 01234567 · transcript fanbot:transcript:sid",
+        "agent:main:subagent:abc · run id 01234567 · transcript fanbot:transcript:sid",
     ]
 
 

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 import pytest
 
 from bot.commands.parse import parse_command
-from bot.commands.render import EMPTY_LIST, log_line, render_info, render_list, render_log
+from bot.commands.render import (
+    EMPTY_LIST,
+    log_line,
+    render_family,
+    render_info,
+    render_list,
+    render_log,
+)
 from bot.commands.subagents import USAGE, SubagentsRequest, parse_subagents
+from bot.runs.logview import select_log, visible
 from bot.runs.render import NAME_CHARS
 from bot.runs.send import continuation
 from bot.types import Cleanup, RunRecord, RunStatus, ThreadRef
@@ -46,9 +55,9 @@ PARSE_OK = [
     ("/subagents info #2", SubagentsRequest(action="info", target="#2")),
     ("/subagents log 1", SubagentsRequest(action="log", target="1", limit=20)),
     ("/subagents log 1 50", SubagentsRequest(action="log", target="1", limit=50)),
-    ("/subagents log 1 tools", SubagentsRequest(action="log", target="1", tools_only=True)),
-    ("/subagents log last 5 tools", SubagentsRequest(action="log", target="last", limit=5, tools_only=True)),
-    ("/subagents log 1 TOOLS 7", SubagentsRequest(action="log", target="1", limit=7, tools_only=True)),
+    ("/subagents log 1 tools", SubagentsRequest(action="log", target="1", tools=True)),
+    ("/subagents log last 5 tools", SubagentsRequest(action="log", target="last", limit=5, tools=True)),
+    ("/subagents log 1 TOOLS 7", SubagentsRequest(action="log", target="1", limit=7, tools=True)),
     ("/subagents log 1 999", SubagentsRequest(action="log", target="1", limit=200)),
     ("/subagents send 1 hello world", SubagentsRequest(action="send", target="1", message="hello world")),
     ("/subagents send abcd  look at  B\nthen C", SubagentsRequest(action="send", target="abcd", message="look at  B\nthen C")),
@@ -105,7 +114,7 @@ def test_list_has_counts_numbers_and_every_field() -> None:
     lines = text.splitlines()
     assert lines[0] == "**Subagents in this thread** — 2 active · 1 done"
     assert lines[1] == (
-        "#6 🏃 running · Django research · running for 1m02s · `aaaa1111` · "
+        "#6 🏃 running · Django research · running for 1m02s · 0 tok · `aaaa1111` · "
         "`agent:main:subagent:aaaa1111bbbb`"
     )
     assert lines[2].startswith("#5 ⏳ queued · x x x")
@@ -115,6 +124,42 @@ def test_list_has_counts_numbers_and_every_field() -> None:
     assert lines[3].startswith(
         "#4 ✅ success · Find out everything about the thing · took 1m20s, 2m00s ago"
     )
+
+
+def test_list_shows_a_tree_indented_with_each_nodes_status_and_spend() -> None:
+    root = run("rootaaaabbbb", RunStatus.RUNNING, seq=1, started_at=NOW - 30, label="lead")
+    root = dataclasses.replace(root, parked_at=NOW - 5, prompt_tokens=1500, cost_usd=0.0021)
+    kid = dataclasses.replace(
+        run("kidaaaabbbbb", RunStatus.SUCCESS, seq=2, started_at=NOW - 20, ended_at=NOW - 6),
+        parent_run_id=root.run_id,
+        root_run_id=root.run_id,
+        depth=2,
+        label="part A",
+    )
+    grandkid = dataclasses.replace(
+        run("grandaaabbbb", RunStatus.RUNNING, seq=3, started_at=NOW - 10),
+        parent_run_id=kid.run_id,
+        root_run_id=root.run_id,
+        depth=3,
+        label="detail",
+        completion_tokens=40,
+    )
+    other = run("otheraaabbbb", RunStatus.QUEUED, seq=4, created_at=NOW - 1, label="solo")
+    lines = render_list([other, grandkid, kid, root], now=NOW).splitlines()
+    assert [line.split(" · ")[0] for line in lines[1:]] == [
+        "#4 ⏳ queued",
+        "#1 🏃 waiting for its subagents",
+        "  └ #2 ✅ success",
+        "    └ #3 🏃 running",
+    ]
+    assert "1.5k tok $0.0021" in lines[2] and "40 tok" in lines[4]
+    family = render_family(kid, [root, kid, grandkid])
+    assert family == [
+        "• Parent: #1 🏃 lead",
+        "• Children: #3 🏃 running",
+        "• Tree: 3 runs (depth 2) · 1.5k tokens · est $0.0021",
+    ]
+    assert render_family(other, [other]) == []
 
 
 def test_empty_list_is_friendly() -> None:
@@ -186,28 +231,74 @@ TRANSCRIPT: list[dict[str, Any]] = [
         "tool_calls": [{"id": "c1", "function": {"name": "calculate", "arguments": '{"expression": "2*3"}'}}],
     },
     {"role": "tool", "tool_call_id": "c1", "content": "6"},
+    {
+        "role": "assistant",
+        "content": "Checking once more.",
+        "tool_calls": [{"id": "c2", "function": {"name": "calculate", "arguments": '{"expression": "3*2"}'}}],
+    },
+    {"role": "tool", "tool_call_id": "c2", "content": "6"},
     {"role": "assistant", "content": "It is `6`.\nDone."},
 ]  # fmt: skip
+CONVERSATION = [0, 1, 4, 6]
+"""Indexes of TRANSCRIPT the log shows without ``tools`` (message 4 without its call)."""
 
 
-def test_log_shows_the_last_messages() -> None:
-    text = render_log(run("a", RunStatus.SUCCESS), messages=TRANSCRIPT, limit=2, tools_only=False)
-    lines = text.splitlines()
-    assert lines[0].endswith("— last 2 of 5 messages")
-    assert lines[1:] == ["• **tool**: 6", "• **assistant**: It is '6'. Done."]
+@pytest.mark.parametrize(
+    ("limit", "tools", "length", "shown", "total", "exact"),
+    [
+        (20, False, None, CONVERSATION, 4, True),
+        (2, False, None, [4, 6], 4, True),
+        (20, True, None, list(range(7)), 7, True),
+        (3, True, None, [4, 5, 6], 7, True),
+        # Only the newest messages were read: with tools the total is the list's length;
+        # without, the conversation in what was read, and the count says it is a floor.
+        (3, True, 50, [4, 5, 6], 50, True),
+        (20, False, 50, CONVERSATION, 4, False),
+        (0, False, None, [], 4, True),
+    ],
+)
+def test_log_selection(
+    limit: int, tools: bool, length: int | None, shown: list[int], total: int, exact: bool
+) -> None:
+    view = select_log(TRANSCRIPT, limit=limit, tools=tools, length=length)
+    expected = [visible(TRANSCRIPT[i], tools=tools) for i in shown]
+    assert (list(view.messages), view.total, view.exact) == (expected, total, exact)
 
 
-def test_log_tools_filter_keeps_calls_and_results() -> None:
-    text = render_log(run("a", RunStatus.SUCCESS), messages=TRANSCRIPT, limit=20, tools_only=True)
+def test_log_hides_tool_messages_unless_asked_and_counts_the_whole_log() -> None:
+    view = select_log(TRANSCRIPT, limit=2, tools=False)
+    lines = render_log(run("a", RunStatus.SUCCESS), view=view, tools=False).splitlines()
+    assert lines[0].endswith("— last 2 of 4 messages (tool calls hidden; add `tools` to show them)")
+    assert lines[1:] == [
+        "• **assistant**: Checking once more.",
+        "• **assistant**: It is '6'. Done.",
+    ]
+
+
+def test_log_tools_adds_calls_and_results() -> None:
+    view = select_log(TRANSCRIPT, limit=20, tools=True)
+    text = render_log(run("a", RunStatus.SUCCESS), view=view, tools=True)
     assert text.splitlines()[1:] == [
+        "• **system**: You are a researcher.",
+        "• **user**: Find it",
         '• **assistant**: 🔧 calculate(expression="2*3")',
         "• **tool**: 6",
+        '• **assistant**: Checking once more. 🔧 calculate(expression="3*2")',
+        "• **tool**: 6",
+        "• **assistant**: It is '6'. Done.",
     ]
-    assert "last 2 of 2 tool messages" in text
+    assert "— last 7 of 7 messages (with tool calls)" in text
+
+
+def test_log_says_when_it_counted_only_the_newest_messages() -> None:
+    view = select_log(TRANSCRIPT, limit=1, tools=False, length=5_000)
+    text = render_log(run("a", RunStatus.SUCCESS), view=view, tools=False)
+    assert "— last 1 of 4+ messages" in text
 
 
 def test_log_of_an_empty_transcript() -> None:
-    text = render_log(run("a", RunStatus.QUEUED, seq=3), messages=[], limit=20, tools_only=False)
+    view = select_log([], limit=20, tools=False)
+    text = render_log(run("a", RunStatus.QUEUED, seq=3), view=view, tools=False)
     assert text.endswith("(nothing yet)") and "subagent #3" in text
 
 

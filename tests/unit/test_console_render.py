@@ -76,8 +76,13 @@ RUN = LiveRun(thread="main", title='Subagent #2 "Outline"', running=True, since=
         (RUN, '⏳ Subagent #2 "Outline" — started', "started"),
         (
             RUN,
-            '⏳ Subagent #2 "Outline" — step 1 · 🔧 current_time · 99 tokens · 0s',
-            "step 1 · 🔧 current_time · 99 tokens",
+            '⏳ [explore] Subagent #2 "Outline" — step 1 · 🔧 current_time · 99 tokens · 1 tool, 0.4s',
+            "step 1 · 🔧 current_time · 99 tokens · 1 tool",
+        ),
+        (
+            RUN,
+            '⏳ Subagent #2 "Outline" — step 9 · answering · 9 tokens · 12 tools, 1m02s',
+            "step 9 · answering · 9 tokens · 12 tools",
         ),
         (RUN, '⏳ Subagent #9 "Other" — started', "running"),
         (dataclasses.replace(RUN, running=False, position=2), None, "queued, 2nd in line"),
@@ -90,13 +95,19 @@ def test_run_detail(run: LiveRun, status: str | None, detail: str) -> None:
 
 def test_live_lines_tick_from_the_start_time() -> None:
     view = LiveView(runs=(dataclasses.replace(RUN, status_id="console-7"),))
-    status = {"console-7": '⏳ Subagent #2 "Outline" — step 1 · answering · 10 tokens · 0s'}
+    status = {
+        "console-7": '⏳ Subagent #2 "Outline" — step 1 · answering · 10 tokens · 0 tools, 0.2s'
+    }
 
     def at(now: float) -> list[str]:
         return live_lines(view, now=now, status_texts=status, thinking_since={}, show_thread=False)
 
-    assert at(1003.2) == ['⏳ Subagent #2 "Outline" — step 1 · answering · 10 tokens · 3s']
-    assert at(1064.0) == ['⏳ Subagent #2 "Outline" — step 1 · answering · 10 tokens · 1m04s']
+    assert at(1003.2) == [
+        '⏳ Subagent #2 "Outline" — step 1 · answering · 10 tokens · 0 tools · 3s'
+    ]
+    assert at(1064.0) == [
+        '⏳ Subagent #2 "Outline" — step 1 · answering · 10 tokens · 0 tools · 1m04s'
+    ]
 
 
 def test_live_lines_show_thinking_threads_first() -> None:
@@ -148,9 +159,9 @@ def test_live_view_from_a_snapshot() -> None:
     assert [
         (r.title, r.running, r.since, r.position, r.status_id, r.thread) for r in view.runs
     ] == [
-        ('Subagent #1 "L1"', True, 150.0, None, "console-3", "main"),
-        ('Subagent #2 "L2"', False, 102.0, 2, None, "main"),
-        ('Subagent #3 "L3"', True, 160.0, None, None, "main"),
+        ('[general-purpose] Subagent #1 "L1"', True, 150.0, None, "console-3", "main"),
+        ('[general-purpose] Subagent #2 "L2"', False, 102.0, 2, None, "main"),
+        ('[general-purpose] Subagent #3 "L3"', True, 160.0, None, None, "main"),
     ]
 
 

@@ -77,6 +77,8 @@ METHOD_SCOPES: dict[str, tuple[str | None, frozenset[str]]] = {
         frozenset({"channels:read", "groups:read", "im:read", "mpim:read"}),
     ),
     "users.info": ("bot", frozenset({"users:read"})),
+    # Documented with no scope: any token that can see the message may ask for its link.
+    "chat.getPermalink": ("bot", frozenset()),
     "reactions.add": ("bot", frozenset({"reactions:write"})),
     "reactions.remove": ("bot", frozenset({"reactions:write"})),
 }

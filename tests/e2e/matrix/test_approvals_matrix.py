@@ -22,6 +22,7 @@ from bot.config import Settings
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.stack import Stack
 from bot.testing.synapse import MatrixUser, Synapse
+from bot.testing.wait import until
 from tests.e2e.approvals_script import model
 from tests.e2e.conftest import stack_values
 from tests.matrix_support import Human
@@ -136,8 +137,12 @@ async def test_reactions_refuse_others_and_approve_after_the_worker_died(
             thread, request, approval_id = await started(stack, alice, room, bot_user)
             actions = request["content"]["org.fanbot.actions"]
             assert actions == {"✅": f"!approve {approval_id}", "❌": f"!deny {approval_id}"}
-            offered = await relations(alice, room, request["event_id"], "m.annotation")
-            assert {e["content"]["m.relates_to"]["key"] for e in offered} >= {"✅", "❌"}
+
+            async def offered() -> bool:  # the bot reacts just after posting the request
+                found = await relations(alice, room, request["event_id"], "m.annotation")
+                return {e["content"]["m.relates_to"]["key"] for e in found} >= {"✅", "❌"}
+
+            await until(offered, timeout=20, every=0.2)
 
             await react(bob, room, request["event_id"], "✅")
 

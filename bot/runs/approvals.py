@@ -269,6 +269,8 @@ def resume(deps: Deps, approval: ApprovalRecord) -> None:
             timeout=record.timeout_s + sub.job_grace_seconds,
             max_concurrent=sub.max_concurrent,
             description=f"subagent #{record.seq} resumes after approval {approval.approval_id}",
+            session_key=record.session_key,
+            per_session=sub.max_concurrent_per_session,
         ),
         job_id=job_id,
         approval_id=approval.approval_id,

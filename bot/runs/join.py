@@ -178,6 +178,8 @@ def _resume_parent(deps: Deps, run_id: str, join_id: str, job_id: str) -> None:
             timeout=record.timeout_s + sub.job_grace_seconds,
             max_concurrent=sub.max_concurrent,
             description=f"subagent #{record.seq} resumes after its subagents",
+            session_key=record.session_key,
+            per_session=sub.max_concurrent_per_session,
         ),
         job_id=job_id,
         join_id=join_id,

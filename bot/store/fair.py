@@ -68,19 +68,24 @@ local function admit()
     end
     if best == nil then break end
     local wkey = ARGV[5] .. best
-    local run = nil
+    local run, job = nil, nil
     while run == nil do
       local id = redis.call('LPOP', wkey)
       if not id then break end
-      if redis.call('HGET', ARGV[6] .. id, 'status') == 'queued'
-          and redis.call('HGET', ARGV[7] .. id, 'status') == 'rate_limited' then
-        run = id
+      -- a resume job (its own id) names the parked run it resumes in 'fanbot_run'
+      local rid = redis.call('HGET', ARGV[7] .. id, 'fanbot_run') or id
+      local status = redis.call('HGET', ARGV[6] .. rid, 'status')
+      local parked = redis.call('HGET', ARGV[6] .. rid, 'parked_at')
+      local waiting = status == 'queued'
+        or (status == 'running' and parked and parked ~= '' and rid ~= id)
+      if waiting and redis.call('HGET', ARGV[7] .. id, 'status') == 'rate_limited' then
+        run, job = rid, id
       end
     end
     if run then
       redis.call('ZADD', KEYS[1], ARGV[3], run)
-      redis.call('RPUSH', KEYS[4], run)
-      redis.call('HSET', ARGV[7] .. run, 'status', 'queued', 'enqueued_at', ARGV[4])
+      redis.call('RPUSH', KEYS[4], job)
+      redis.call('HSET', ARGV[7] .. job, 'status', 'queued', 'enqueued_at', ARGV[4])
       held[best] = best_n + 1
       admitted[#admitted + 1] = run
       free = free - 1
@@ -282,12 +287,16 @@ class FairQueue:
         session_key: str,
         max_concurrent: int,
         cap: int | None,
+        resumes: str = "",
     ) -> list[str]:
         """Save ``job`` (created with status :data:`HELD_STATUS`), put it in its session's
         line and admit what fits, in one transaction (no process can die between them).
-        Returns the run ids admitted (``job.id`` among them if it got a slot)."""
+        ``resumes``: the parked run a resume job (another id) continues; its slot is the
+        run's. Returns the run ids admitted."""
         with self.redis.pipeline(transaction=True) as pipe:
             job.save(pipeline=pipe)
+            if resumes:
+                pipe.hset(job.key, "fanbot_run", resumes)
             args = [*self._args(max_concurrent, cap), job.id, session_key]
             self._submit(keys=self._keys(), args=args, client=pipe)
             *_, admitted = pipe.execute()

@@ -221,23 +221,31 @@ class Jobs:
 
     def enqueue_resume(
         self, spec: RunJobSpec, *, job_id: str, join_id: str = "", approval_id: str = ""
-    ) -> None:
-        """Resume a parked run (its children ended, or a person decided its approval)
-        under the same concurrency limit."""
+    ) -> list[str]:
+        """Resume a parked run (its children ended, or a person decided its approval): the
+        job ``job_id`` waits in the run's session line for a subagent slot like a new run
+        (:mod:`bot.store.fair`); returns the run ids admitted."""
         extra = (approval_id,) if approval_id else ()
-        self.queue(SUBAGENTS_QUEUE).enqueue(
+        queue = self.queue(SUBAGENTS_QUEUE)
+        job = queue.create_job(
             RESUME_JOB,
-            spec.run_id,
-            join_id,
-            *extra,
+            args=(spec.run_id, join_id, *extra),
             job_id=job_id,
-            job_timeout=spec.timeout,
-            rate_limit=RateLimit(SUBAGENT_SLOT_KEY, spec.max_concurrent),
+            timeout=spec.timeout,
             on_failure=Callback("workers.callbacks.subagent_failed"),
             on_stopped=Callback("workers.callbacks.subagent_stopped"),
             result_ttl=RESULT_TTL,
             failure_ttl=FAILURE_TTL,
             description=spec.description,
+            status=JobStatus(HELD_STATUS),
+        )
+        job.origin = queue.name
+        return self.fair.submit(
+            job,
+            session_key=spec.session_key,
+            max_concurrent=spec.max_concurrent,
+            cap=spec.per_session,
+            resumes=spec.run_id,
         )
 
     def exists(self, job_id: str) -> bool:

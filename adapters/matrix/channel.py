@@ -39,6 +39,7 @@ from adapters.matrix import files as mx_files
 from adapters.matrix.login import login, make_client
 from adapters.matrix.markup import Chunker, render, render_chunks
 from adapters.matrix.state import SessionFile, SessionState
+from bot.aio import cancel_all
 from bot.backoff import Backoff
 from bot.chunking import split_markdown
 from bot.config import AttachmentSettings, MatrixSettings
@@ -87,6 +88,7 @@ class MatrixChannel:
         self._session: SessionState | None = None
         self._sink: InboundSink | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._display_name = ""
         self._latest: dict[tuple[str, str], str] = {}
         self._seen_invites: set[str] = set()
@@ -122,11 +124,10 @@ class MatrixChannel:
 
     async def stop(self) -> None:
         """Stop syncing and close the HTTP session."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is not None:
+            self._stopping = True  # a cancel swallowed by the HTTP stack still ends the loop
+            await cancel_all([task])
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -134,7 +135,8 @@ class MatrixChannel:
 
     async def _sync_forever(self) -> None:
         backoff = Backoff(base=1.0, cap=60.0)
-        while True:
+        self._stopping = False
+        while not self._stopping:
             try:
                 await self._sync_once(
                     deliver=True, full_state=False, timeout=self.settings.sync_timeout_ms

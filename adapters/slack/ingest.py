@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from bot.aio import cancel_all
 from bot.backoff import Backoff
 from bot.logs import ThrottledLog
 from bot.ports import InboundSink
@@ -78,10 +79,7 @@ class Holder:
 
     async def close(self) -> None:
         """Stop retrying; the messages held stay unacknowledged, so Slack redelivers them."""
-        tasks = list(self._held.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(list(self._held.values()))
 
     async def _until_taken(self, inbound: Inbound) -> None:
         backoff = Backoff(base=self._backoff.base, cap=self._backoff.cap)

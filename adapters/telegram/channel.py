@@ -22,7 +22,6 @@ raises carry no token either (their text ends up in logs and in the dead-letter 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime as dtm
 import hmac
@@ -68,6 +67,7 @@ from adapters.telegram.convert import (
 from adapters.telegram.markup import Part, Splitter, render_parts
 from adapters.telegram.polling import Poller
 from bot import jsonsafe
+from bot.aio import cancel_all
 from bot.config import AttachmentSettings
 from bot.errors import DeliveryError
 from bot.logs import RedactSecrets, ThrottledLog
@@ -186,9 +186,7 @@ class TelegramChannel:
     async def stop(self) -> None:
         polling, self._polling = self._polling, None
         if polling is not None:
-            polling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await polling
+            await cancel_all([polling])
         if self._poller is not None and self._app is not None:
             await self._poller.confirm()  # see the module docstring
         self._poller = None

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import httpx
 
+from bot.aio import cancel_all
 from bot.backoff import Backoff
 from bot.config import Settings
 from bot.config_check import public_url
@@ -84,9 +85,7 @@ class AdapterStarter:
         """Stop retrying (the gateway is stopping)."""
         tasks = list(self._retrying.values())
         self._retrying.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
 
     async def _attempt(self, adapter: ChannelAdapter) -> Exception | None:
         """Start ``adapter`` once; the error, or None once it runs."""

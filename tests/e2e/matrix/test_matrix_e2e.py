@@ -6,6 +6,7 @@ bot's memory.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,11 @@ def matrix_values(
 
 def bodies(events: list[dict[str, Any]], sender: str) -> list[str]:
     return [e["content"].get("body", "") for e in events if e["sender"] == sender]
+
+
+def not_cards(found: list[str]) -> list[str]:
+    """The bot's messages other than status cards (``⏳ [type] Subagent #1 …``)."""
+    return [b for b in found if not re.match(r"^\S+ \[[\w.-]+\] Subagent #", b)]
 
 
 async def wait_thread(
@@ -120,9 +126,10 @@ async def test_threads_restart_mentions_and_commands(
             assert "#1 ✅ success · R" in listing
             assert sum("finished" in b for b in after) == 1
             assert after.count("Started.") == 1
-            assert len(bodies(await human.thread_events(room, root_b), bot_user.user_id)) == len(
-                in_b
-            )
+            # Nothing said again in the other thread. A status card is best effort: under
+            # load its first post can be slow (nio retries a timed-out send) and land late.
+            in_b_now = bodies(await human.thread_events(room, root_b), bot_user.user_id)
+            assert sorted(not_cards(in_b_now)) == sorted(not_cards(in_b))
 
             timeline = await human.api(
                 "GET", f"/_matrix/client/v3/rooms/{room}/messages?dir=b&limit=100"

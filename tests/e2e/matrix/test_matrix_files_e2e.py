@@ -46,10 +46,6 @@ def model() -> ScriptedModel:
 # Under a loaded CI (four test processes on two cores) the download after the stack has
 # stopped can leave nio's transport to the garbage collector, and the run can take longer
 # than the default 120 s: neither is what this test is about.
-@pytest.mark.skip(
-    reason="hangs intermittently under the 4-process suite since this session's Matrix "
-    "adapter changes (3 of 4 CI runs; passes alone); open defect, see the stop note"
-)
 @pytest.mark.filterwarnings("ignore:unclosed transport:ResourceWarning")
 @pytest.mark.timeout(300)
 async def test_a_file_in_reaches_the_turn_and_a_written_file_goes_out(

@@ -1,19 +1,22 @@
 """Egress: read the outbox stream and hand each entry to its thread's lane.
 
-A consumer group spreads entries over gateways; each thread's entries go through one lane
-task, in order, so one slow or rate-limited thread never holds up the others. A lane
-settles one entry at a time with :class:`bot.gateway.sender.Sender` (observe, decide,
-act), which posts a split message part by part and records each part in Redis before the
-next, so nothing is posted twice by a retry, a restart or a second gateway. Entries that
-a dead gateway left unacknowledged are taken over; after a lost Redis connection the
-entries already handed to this gateway are read again at once, not after the reclaim
-timer. Redis structures belong to :mod:`bot.store.outbox`.
+A consumer group spreads entries over gateways; each thread's entries go through one
+:class:`~bot.gateway.lane.Lane`, in order, so one slow or rate-limited thread never holds
+up the others. Each entry is settled by :class:`bot.gateway.sender.Sender` (observe,
+decide, act), which posts a split message part by part and records each part in Redis
+before the next, so nothing is posted twice by a retry, a restart or a second gateway; the
+lane readies the next entries while one is posted, and posts the next as soon as the one
+before it is recorded delivered. Entries that a dead gateway left unacknowledged are
+taken over; after a lost Redis connection the entries already handed to this gateway are
+read again at once, not after the reclaim timer. Redis structures belong to
+:mod:`bot.store.outbox`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -21,19 +24,22 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from bot.aio import cancel_all
 from bot.config import GatewaySettings
 from bot.gateway import delivery as d
+from bot.gateway.lane import Lane, Turn
 from bot.gateway.sender import (
     REDIS_ERRORS,
     Entry,
     Sender,
-    cancel_all,
+    lane_of,
     parse_entry,
     reraise_if_cancelling,
 )
 from bot.keys import Keys
 from bot.ports import OutboundChannel
 from bot.store.outbox import Outbox
+from bot.types import ThreadRef
 
 __all__ = ["Egress", "cancel_all", "reraise_if_cancelling"]
 
@@ -42,6 +48,7 @@ log = logging.getLogger(__name__)
 LANE_IDLE_SECONDS = 60.0  # a thread's lane task ends after this long without messages
 OUTBOX_KEEP_SECONDS = 3600.0  # delivered outbox entries are trimmed after this long
 TRIM_EVERY_SECONDS = 60.0
+STREAM_GONE = ("NOGROUP", "UNBLOCKED")  # errors of a read whose stream or group was deleted
 
 
 class Egress:
@@ -70,7 +77,7 @@ class Egress:
         self.sender = Sender(
             outbox=self.outbox, adapters=adapters, policy=d.Policy.of(settings), consumer=consumer
         )
-        self._lanes: dict[str, asyncio.Queue[Entry]] = {}
+        self._lanes: dict[str, Lane[Entry]] = {}
         self._lane_tasks: dict[str, asyncio.Task[None]] = {}
         self._queued: set[str] = set()
         self._last_beat = self._last_reclaim = self._last_trim = float("-inf")
@@ -85,10 +92,12 @@ class Egress:
         (waiting at most ``alive_ttl_seconds`` for a verdict), so a restart keeps each
         thread's order.
         """
-        started = reread = False
+        started = reread = grouped = False
         while True:
             try:
-                await self.ensure_group()
+                if not grouped:  # once, and again whenever Redis may have lost the group
+                    await self.ensure_group()
+                    grouped = True
                 await self._beat()
                 if not started:
                     await self._take_over_dead(wait=True)
@@ -98,10 +107,14 @@ class Egress:
                 self._dispatch_all(await self.outbox.read_new(self.consumer))
             except asyncio.CancelledError:
                 raise
+            except aioredis.ResponseError as exc:
+                if not str(exc).startswith(STREAM_GONE):
+                    raise
+                grouped = False  # the stream went away (a flushed or emptied Redis)
             except REDIS_ERRORS as exc:
                 reraise_if_cancelling()
                 log.warning("egress lost Redis (%s); retrying", type(exc).__name__)
-                reread = True
+                reread, grouped = True, False
                 await asyncio.sleep(0.5)
 
     async def _housekeeping(self, *, now: bool) -> None:
@@ -193,30 +206,35 @@ class Egress:
         self._queued.add(entry.entry_id)
         lane = self._lanes.get(entry.lane)
         if lane is None:
-            lane = self._lanes[entry.lane] = asyncio.Queue()
-            self._lane_tasks[entry.lane] = asyncio.create_task(self._drain(entry.lane, lane))
-        lane.put_nowait(entry)
+            lane = self._lanes[entry.lane] = Lane(
+                deliver=self._deliver,
+                closing=lambda: self.sender.closing,
+                idle_seconds=LANE_IDLE_SECONDS,
+                on_idle=functools.partial(self._forget_lane, entry.lane),
+            )
+            self._lane_tasks[entry.lane] = asyncio.create_task(lane.run())
+        lane.put(entry)
 
-    async def _drain(self, name: str, lane: asyncio.Queue[Entry]) -> None:
-        while not self.sender.closing:
-            try:
-                entry = await asyncio.wait_for(lane.get(), LANE_IDLE_SECONDS)
-            except TimeoutError:
-                if lane.empty():  # no await between this check and the removal
-                    del self._lanes[name], self._lane_tasks[name]
-                    return
-                continue
-            if self.sender.closing:  # left pending; the next gateway takes it over
-                return
-            try:
-                await self.sender.deliver(entry)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # never let one entry kill the lane; it stays pending
-                reraise_if_cancelling()
-                log.exception("delivery of %s crashed; it will be reclaimed", entry.entry_id)
-            finally:
-                self._queued.discard(entry.entry_id)
+    def _forget_lane(self, name: str) -> None:
+        del self._lanes[name], self._lane_tasks[name]
+
+    async def _deliver(self, entry: Entry, turn: Turn) -> None:
+        try:
+            await self.sender.deliver(entry, turn)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # never let one entry kill the lane; it stays pending
+            reraise_if_cancelling()
+            log.exception("delivery of %s crashed; it will be reclaimed", entry.entry_id)
+        finally:
+            turn.release()
+            self._queued.discard(entry.entry_id)
+
+    def announcing(self, thread: ThreadRef) -> asyncio.Event | None:
+        """``None`` when this gateway has nothing queued or in flight for ``thread``, else
+        an event set once it has not (status cards wait for it: announces go first)."""
+        lane = self._lanes.get(lane_of(thread))
+        return None if lane is None or lane.idle.is_set() else lane.idle
 
     async def drained(self) -> bool:
         """True when every entry written so far has been read and acknowledged."""

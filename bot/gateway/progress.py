@@ -8,11 +8,18 @@ message instead of posting a new one.
 A card reads as seed 003's progress lines (type tag, tool count and time as the run goes,
 a final tally); a run that ends quietly (``ANNOUNCE_SKIP``) has its card deleted where the
 adapter can (:class:`~bot.ports.DeletingChannel`), else edited to a neutral line.
+
+A card is finished when the announce lands: given egress's ``announcing``, the final edit
+waits until the card's thread has had nothing queued or in flight for
+:data:`QUIET_SECONDS` (runs ending together announce meanwhile), up to
+:data:`ANNOUNCES_FIRST_SECONDS`, so announces do not queue behind cosmetic edits for the
+platform and the gateway's time. Final edits go out one at a time, as they come.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -20,8 +27,9 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
+from bot.aio import cancel_all
 from bot.errors import DeliveryError
-from bot.gateway.egress import cancel_all, reraise_if_cancelling
+from bot.gateway.egress import reraise_if_cancelling
 from bot.keys import Keys
 from bot.ports import DeletingChannel, OutboundChannel
 from bot.runs.progress import tally
@@ -30,6 +38,9 @@ from bot.store.progress import ProgressEvent, ProgressStore
 from bot.types import Outbound, OutboundKind, ThreadRef
 
 log = logging.getLogger(__name__)
+
+ANNOUNCES_FIRST_SECONDS = 5.0  # longest a card's final edit waits for its thread's announces
+QUIET_SECONDS = 0.2  # a thread without announces for this long has none coming right now
 
 
 def status_text(
@@ -61,6 +72,11 @@ def quiet_text(title: str) -> str:
     return f"{title} — done, nothing to announce"
 
 
+def moved_text(title: str) -> str:
+    """What a card says where it cannot be removed once its run got a thread of its own."""
+    return f"{title} — continues in its own thread"
+
+
 @dataclass(kw_only=True)
 class _RunStatus:
     thread: ThreadRef
@@ -68,6 +84,7 @@ class _RunStatus:
     message_id: str | None = None
     last_edit: float = 0.0
     pending: str | None = None
+    shown: str | None = None  # the card's text as last posted
     flush: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -79,7 +96,13 @@ class ProgressRenderer:
         keys: Key builder.
         adapters: Adapter per platform.
         min_interval: Seconds between two edits of one status message.
-        title_of: ``run_id -> "#2 Research"`` (reads the run record).
+        card_of: ``run_id -> ("#2 Research", its thread now)`` (one read of the run
+            record). A thread-bound run that started before the gateway opened its thread
+            sends its first events with the parent thread; its card goes where the run is
+            now (None: where the events say).
+        announcing: ``thread -> event`` set once egress has nothing queued or in flight for
+            the thread (``None``: nothing now); final edits wait for it. Without it they
+            are made at once.
     """
 
     def __init__(
@@ -89,13 +112,17 @@ class ProgressRenderer:
         keys: Keys,
         adapters: Mapping[str, OutboundChannel],
         min_interval: float,
-        title_of: Callable[[str], str],
+        card_of: Callable[[str], tuple[str, ThreadRef | None]],
+        announcing: Callable[[ThreadRef], asyncio.Event | None] | None = None,
     ) -> None:
         self.store = ProgressStore(redis=redis, keys=keys)
         self.adapters = adapters
         self.min_interval = min_interval
-        self.title_of = title_of
+        self.card_of = card_of
+        self.announcing = announcing
         self._runs: dict[str, _RunStatus] = {}
+        self._finishing: set[asyncio.Task[None]] = set()
+        self._finals = asyncio.Lock()  # final edits one at a time
 
     async def run(self) -> None:
         last_id = "$"
@@ -114,10 +141,13 @@ class ProgressRenderer:
         run_id, final = event.run_id, event.final
         state = self._runs.get(run_id)
         if state is None:
-            title = await asyncio.to_thread(self.title_of, run_id)
+            title, now = await asyncio.to_thread(self.card_of, run_id)
+            thread = now or event.thread
             known = await self.store.status_message(run_id)
-            state = self._runs[run_id] = _RunStatus(thread=event.thread, title=title)
+            state = self._runs[run_id] = _RunStatus(thread=thread, title=title)
             state.message_id = known
+        elif final and event.thread != state.thread:  # its thread was opened meanwhile
+            await self.rebind(run_id, event.thread, show=False)
         text = status_text(
             state.title,
             event.text,
@@ -130,10 +160,14 @@ class ProgressRenderer:
             if state.flush:
                 state.flush.cancel()
             self._runs.pop(run_id, None)
-            if event.quiet:
-                await self._remove(run_id, state)
-            else:
-                await self._show(run_id, state, text)
+            if self.announcing is None:
+                await self._finish(run_id, state, text, quiet=event.quiet)
+            else:  # the loop goes on with other cards meanwhile
+                task = asyncio.create_task(
+                    self._finish_after(self.announcing, run_id, state, text, event)
+                )
+                self._finishing.add(task)
+                task.add_done_callback(self._finishing.discard)
             return
         wait = state.last_edit + self.min_interval - time.monotonic()
         if state.message_id is None or wait <= 0:
@@ -142,6 +176,47 @@ class ProgressRenderer:
         state.pending = text
         if state.flush is None or state.flush.done():
             state.flush = asyncio.create_task(self._flush_later(run_id, state, wait))
+
+    async def rebind(self, run_id: str, thread: ThreadRef, *, show: bool = True) -> None:
+        """``run_id`` has a thread of its own now: its card moves there (the old one is
+        deleted, or says where the run went) and is posted again with ``show``."""
+        state = self._runs.get(run_id)
+        if state is None or state.thread == thread:
+            return
+        old = _RunStatus(thread=state.thread, title=state.title, message_id=state.message_id)
+        state.thread, state.message_id = thread, None
+        if old.message_id is None:
+            return
+        await self._remove(run_id, old, fallback=moved_text(old.title))
+        if show and state.shown is not None:
+            await self._show(run_id, state, state.shown)
+
+    async def _finish_after(
+        self,
+        announcing: Callable[[ThreadRef], asyncio.Event | None],
+        run_id: str,
+        state: _RunStatus,
+        text: str,
+        event: ProgressEvent,
+    ) -> None:
+        """Finish the card once its thread's announces are out (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ANNOUNCES_FIRST_SECONDS
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(QUIET_SECONDS, left))
+            busy = announcing(state.thread)
+            if busy is None:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(busy.wait(), max(0.0, deadline - loop.time()))
+        async with self._finals:
+            await self._finish(run_id, state, text, quiet=event.quiet)
+
+    async def _finish(self, run_id: str, state: _RunStatus, text: str, *, quiet: bool) -> None:
+        if quiet:
+            await self._remove(run_id, state)
+        else:
+            await self._show(run_id, state, text)
 
     async def _flush_later(self, run_id: str, state: _RunStatus, wait: float) -> None:
         await asyncio.sleep(wait)
@@ -154,6 +229,7 @@ class ProgressRenderer:
             return
         state.pending = None
         state.last_edit = time.monotonic()
+        state.shown = text
         try:
             if state.message_id is None:
                 status = Outbound(thread=state.thread, text=text, kind=OutboundKind.STATUS)
@@ -168,9 +244,9 @@ class ProgressRenderer:
         except Exception:
             log.warning("status update for %s failed", run_id[:8], exc_info=True)
 
-    async def _remove(self, run_id: str, state: _RunStatus) -> None:
-        """End a quiet run's card: delete it, else edit it to a neutral line; a run
-        without a card gets none."""
+    async def _remove(self, run_id: str, state: _RunStatus, *, fallback: str = "") -> None:
+        """End a quiet run's card: delete it, else edit it to a neutral line (``fallback``,
+        else :func:`quiet_text`); a run without a card gets none."""
         adapter = self.adapters.get(state.thread.platform)
         if adapter is None or state.message_id is None:
             return
@@ -181,12 +257,13 @@ class ProgressRenderer:
                     return
                 except DeliveryError as exc:
                     log.info("status card of %s not deleted (%s); editing it", run_id[:8], exc)
-            await adapter.edit(state.thread, state.message_id, quiet_text(state.title))
+            await adapter.edit(state.thread, state.message_id, fallback or quiet_text(state.title))
         except DeliveryError as exc:  # best effort, as every status update
             log.info("status card of %s not ended: %s", run_id[:8], exc)
         except Exception:
             log.warning("status card of %s not ended", run_id[:8], exc_info=True)
 
     async def close(self) -> None:
-        await cancel_all([s.flush for s in self._runs.values() if s.flush is not None])
+        flushes = [s.flush for s in self._runs.values() if s.flush is not None]
+        await cancel_all([*flushes, *self._finishing])
         self._runs.clear()

@@ -20,12 +20,13 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
+from bot.aio import cancel_all
 from bot.commands import default_router
 from bot.commands.router import CommandRouter
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import InboundBusy, RedisUnavailable
-from bot.gateway.egress import Egress, cancel_all
+from bot.gateway.egress import Egress
 from bot.gateway.ingress import Ingress, IngressResult
 from bot.gateway.ops import ops_routes
 from bot.gateway.progress import ProgressRenderer
@@ -46,7 +47,7 @@ from bot.ports import ChannelAdapter
 from bot.redis_watch import RedisWatch
 from bot.runs.progress import card_title
 from bot.store.connect import connect_async
-from bot.types import Inbound
+from bot.types import Inbound, ThreadRef
 
 log = logging.getLogger(__name__)
 
@@ -102,15 +103,17 @@ class Gateway:
             consumer=self.consumer,
         )
         self.egress.sender.files = self._workspace_file
-        self.egress.sender.threads = ThreadOpenings(deps=self.deps)
+        openings = self.egress.sender.threads = ThreadOpenings(deps=self.deps)
         self.egress.sender.observer = self.observer
         self.progress = ProgressRenderer(
             redis=self.aredis,
             keys=self.deps.keys,
             adapters=self.adapters,
             min_interval=settings.gateway.progress_edit_seconds,
-            title_of=self._run_title,
+            card_of=self._run_card,
+            announcing=self.egress.announcing,
         )
+        openings.on_bound = self.progress.rebind
         self._tasks: list[asyncio.Task[None]] = []
         self._http: web.AppRunner | None = None
         self.starter = AdapterStarter(
@@ -125,9 +128,11 @@ class Gateway:
         """An attachment's bytes for egress (the sync store, off the event loop)."""
         return await asyncio.to_thread(self.deps.workspace.get_bytes, session, path)
 
-    def _run_title(self, run_id: str) -> str:
+    def _run_card(self, run_id: str) -> tuple[str, ThreadRef | None]:
         record = self.deps.runs.get(run_id)
-        return f"run {run_id[:8]}" if record is None else card_title(record)
+        if record is None:
+            return f"run {run_id[:8]}", None
+        return card_title(record), record.thread
 
     async def start(self) -> None:
         self.redis_watch.start()

@@ -26,15 +26,17 @@ from typing import TypeVar
 import redis.asyncio as aioredis
 
 from bot import failpoints
+from bot.aio import cancel_all
 from bot.errors import DeliveryError
 from bot.gateway import delivery as d
+from bot.gateway.lane import Turn
 from bot.gateway.threads import ThreadOpenings
 from bot.observe import catalog
 from bot.observe.gateway import GatewayObserver, delivered_updates, observed_delivery
 from bot.ports import FileChannel, OutboundChannel, OutFile, PartLog
 from bot.store.metrics import Update
-from bot.store.outbox import Outbox, entry_time
-from bot.types import Outbound, OutboundKind
+from bot.store.outbox import Outbox, Snapshot, entry_time
+from bot.types import Outbound, OutboundKind, ThreadRef
 
 # Delivery log lines keep the logger name they always had: operators filter on it.
 log = logging.getLogger("bot.gateway.egress")
@@ -72,9 +74,13 @@ def parse_entry(entry_id: str, fields: Mapping[str, str], *, resumed: bool = Fal
     except (KeyError, ValueError, TypeError) as exc:
         log.warning("outbox entry %s is malformed: %s", entry_id, exc)
         return Entry(entry_id=entry_id, message=None, raw=fields, lane="malformed", resumed=resumed)
-    t = message.thread
-    lane = f"{t.platform}|{t.chat}|{t.thread}"
+    lane = lane_of(message.thread)
     return Entry(entry_id=entry_id, message=message, raw=fields, lane=lane, resumed=resumed)
+
+
+def lane_of(thread: ThreadRef) -> str:
+    """The name of the lane that delivers ``thread``'s messages in order."""
+    return f"{thread.platform}|{thread.chat}|{thread.thread}"
 
 
 def reraise_if_cancelling() -> None:
@@ -82,15 +88,6 @@ def reraise_if_cancelling() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
-
-
-async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel until done: a client library may swallow one cancel (never await unbounded)."""
-    pending = {t for t in tasks if not t.done()}
-    while pending:
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=1)
 
 
 @dataclass(kw_only=True)
@@ -102,6 +99,7 @@ class _Progress:
     failure: d.Failure | None = None
     holding: bool = False
     counted: bool = False
+    parent_copy: asyncio.Task[Outbound | None] | None = None  # read while waiting to post
 
 
 class Sender:
@@ -139,46 +137,84 @@ class Sender:
         self.in_flight = 0  # sends between the first post and the delivered record
         self.observer: GatewayObserver | None = None  # counts deliveries, retries, dead letters
         self.delivered = 0
+        self._keys: dict[str, asyncio.Event] = {}  # keys being settled, set when done
 
     @observed_delivery
-    async def deliver(self, entry: Entry) -> None:
-        """Settle ``entry``; when Redis goes away midway, start over as soon as it is back."""
-        pause, resumed = 0.05, entry.resumed
-        while not self.closing:
-            try:
-                await self._deliver(entry, resumed=resumed)
-                return
-            except REDIS_ERRORS as exc:
-                reraise_if_cancelling()
-                log.warning("delivery of %s lost Redis (%s); retrying", entry.key, exc)
-            await asyncio.sleep(pause)
-            pause, resumed = min(pause * 2, REDIS_RETRY_CAP), True
+    async def deliver(self, entry: Entry, turn: Turn | None = None) -> None:
+        """Settle ``entry``, posting it once ``turn`` says the entry before it was settled
+        (none: at once); when Redis goes away midway, start over as soon as it is back.
+        The caller releases ``turn`` when this returns or raises."""
+        turn = turn or Turn()
+        async with self._only_delivery_of(entry.key):
+            pause, resumed = 0.05, entry.resumed
+            while not self.closing:
+                try:
+                    await self._deliver(entry, turn, resumed=resumed)
+                    return
+                except REDIS_ERRORS as exc:
+                    reraise_if_cancelling()
+                    log.warning("delivery of %s lost Redis (%s); retrying", entry.key, exc)
+                await asyncio.sleep(pause)
+                pause, resumed = min(pause * 2, REDIS_RETRY_CAP), True
 
-    async def _deliver(self, entry: Entry, *, resumed: bool) -> None:
+    @contextlib.asynccontextmanager
+    async def _only_delivery_of(self, key: str) -> AsyncIterator[None]:
+        """Wait until no other entry with ``key`` is being settled here (the sending lock
+        keeps other gateways out, but names the gateway, not the entry): a second entry
+        with a key then finds it delivered instead of posting it again."""
+        while (other := self._keys.get(key)) is not None:
+            await other.wait()
+        done = self._keys[key] = asyncio.Event()
+        try:
+            yield
+        finally:
+            del self._keys[key]
+            done.set()
+
+    async def _deliver(self, entry: Entry, turn: Turn, *, resumed: bool) -> None:
         message, key = entry.message, entry.key
         platform = message.thread.platform if message else ""
         progress = _Progress()
+        seen: Snapshot | None = None
         async with self._lock_renewed(key, progress):
             while not self.closing:
+                # After a send that went through, what Redis said before it still holds:
+                # the sending lock kept everyone else away meanwhile.
+                snapshot = seen or await self._observe(entry, progress)
                 state = d.State(
                     consumer=self.consumer,
                     platform=platform,
                     malformed=message is None,
                     adapter=platform in self.adapters,
                     ready=platform not in self.starting(),
-                    snapshot=await self.outbox.snapshot(entry.entry_id, key, me=self.consumer),
+                    snapshot=snapshot,
                     attempts=progress.attempts,
                     sent=progress.sent,
                     failure=progress.failure,
                     resumed=resumed,
                 )
                 action = d.decide(state, self.policy)
-                await self._perform(action, entry, progress, state.snapshot.parts)
+                await self._perform(action, entry, progress, snapshot.parts, turn)
                 if isinstance(action, d.SETTLING):
                     return
+                seen = snapshot if progress.sent is not None else None
+
+    async def _observe(self, entry: Entry, progress: _Progress) -> Snapshot:
+        """Read the entry's state, taking its sending lock when it is free (see
+        :meth:`Outbox.observe`)."""
+        snapshot = await self.outbox.observe(
+            entry.entry_id, entry.key, me=self.consumer, lock_seconds=SENDING_LOCK_SECONDS
+        )
+        progress.holding = snapshot.holder == self.consumer
+        return snapshot
 
     async def _perform(
-        self, action: d.Action, entry: Entry, progress: _Progress, posted: dict[int, str]
+        self,
+        action: d.Action,
+        entry: Entry,
+        progress: _Progress,
+        posted: dict[int, str],
+        turn: Turn,
     ) -> None:
         match action:
             case d.Ack():
@@ -191,8 +227,15 @@ class Sender:
                 await asyncio.sleep(seconds)
             case d.BreakLock(holder=holder):
                 if await self.outbox.unlock(entry.key, holder):
-                    log.warning("gateway %s died while sending %s; taking over", holder, entry.key)
+                    log.warning("gateway %s died holding %s; taking over", holder, entry.key)
             case d.Send():
+                if progress.parent_copy is None and self.threads and entry.message:
+                    progress.parent_copy = asyncio.create_task(
+                        self.threads.parent_copy(entry.message)
+                    )
+                await turn.wait()
+                if self.closing or not progress.holding:  # look again before posting
+                    return
                 await self._send(action, entry, progress, posted)
             case d.Retry(after=after, reason=reason):
                 log.info(
@@ -206,10 +249,15 @@ class Sender:
                 await asyncio.sleep(after)
                 progress.failure = None
             case d.MarkDelivered(ids=ids):
-                if self.threads is not None and entry.message is not None:
-                    await self.threads.announced(entry.message)  # before: a crash repeats it
+                copy = await progress.parent_copy if progress.parent_copy else None
+                if self.threads is not None and copy is not None:
+                    await self.threads.announced(copy)  # before: a crash repeats it
                 failpoints.hit("egress.before_ack")
-                await self.outbox.mark_delivered(entry.entry_id, entry.key, list(ids))
+                await self.outbox.mark_delivered(
+                    entry.entry_id, entry.key, list(ids), holder=self.consumer
+                )
+                progress.holding = False  # the same script dropped the lock
+                turn.release()  # settled: the thread's next entry may post (metrics wait)
                 self._uncount(progress)
                 self.delivered += 1
                 await self._count(delivered_updates(entry.message, entry.entry_id))
@@ -336,6 +384,7 @@ class Sender:
                     if progress.holding and not await self.outbox.lock(
                         key, self.consumer, seconds=SENDING_LOCK_SECONDS
                     ):
+                        progress.holding = False  # a send not started yet looks again
                         log.warning("sending lock for %s was lost", key)
                 except (aioredis.RedisError, OSError) as exc:  # Redis away: the send goes on
                     reraise_if_cancelling()
@@ -347,6 +396,10 @@ class Sender:
         finally:
             self._uncount(progress)
             await cancel_all([renewal])
+            if progress.parent_copy is not None:  # not needed after all (settled otherwise)
+                await cancel_all([progress.parent_copy])
+                if not progress.parent_copy.cancelled():
+                    progress.parent_copy.exception()  # read, so it is never logged as lost
             if progress.holding:
                 with contextlib.suppress(aioredis.RedisError, OSError):
                     await self.outbox.unlock(key, self.consumer)

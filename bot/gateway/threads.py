@@ -5,18 +5,22 @@ for, through the adapter's :class:`~bot.ports.ThreadOpener`, and record the outc
 Opening is at least once: a gateway that dies after the platform opened the thread and
 before the binding was recorded opens another one on redelivery (the first stays empty).
 A request whose binding is already settled (or closed) opens nothing. Once a bound run's
-announce is posted, :meth:`ThreadOpenings.announced` queues its copy for the parent thread.
+announce is posted, :meth:`ThreadOpenings.announced` queues its copy for the parent thread
+(:func:`~bot.runs.threads.copy_to_parent`, its copy read ahead by
+:meth:`ThreadOpenings.parent_copy`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from bot.deps import Deps
 from bot.errors import DeliveryError
 from bot.ports import OpenedThread, OutboundChannel, ThreadOpener
-from bot.runs.threads import bindings, copy_to_parent, run_of_open_key, thread_opened
+from bot.runs.threads import bindings, parent_announce, run_of_open_key, thread_opened
+from bot.store.outbox import put_outbound
 from bot.store.threads import BindState
 from bot.types import Outbound, OutboundKind, ThreadRef
 
@@ -28,6 +32,8 @@ class ThreadOpenings:
 
     def __init__(self, *, deps: Deps) -> None:
         self.deps = deps
+        # Told when a run got its thread (the gateway moves the run's status card there).
+        self.on_bound: Callable[[str, ThreadRef], Awaitable[None]] | None = None
 
     async def open(self, adapter: OutboundChannel, message: Outbound) -> list[str]:
         """Settle one ``open_thread`` entry; returns the ids egress records for it."""
@@ -44,12 +50,23 @@ class ThreadOpenings:
             link=opened.link if opened else "",
             note=note,
         )
+        if opened is not None and self.on_bound is not None:
+            await self.on_bound(run_id, opened.thread)
         return [_id_of(opened.thread if opened else None, "unavailable")]
 
-    async def announced(self, message: Outbound) -> None:
-        """``message`` is posted: a thread-bound run's announce is copied to its parent."""
-        if message.kind is OutboundKind.ANNOUNCE:
-            await asyncio.to_thread(copy_to_parent, self.deps, message)
+    async def parent_copy(self, message: Outbound) -> Outbound | None:
+        """The copy a thread-bound run's announce makes for its parent thread, if any. Egress
+        reads it while the announce waits for its turn, so none of its threads' posts wait
+        for the read; the binding it depends on was settled before the announce was written
+        (the announce is addressed to the child's thread)."""
+        if message.kind is not OutboundKind.ANNOUNCE:
+            return None
+        return await asyncio.to_thread(parent_announce, self.deps, message)
+
+    async def announced(self, copy: Outbound) -> None:
+        """The announce is posted: queue its ``copy`` for the parent thread (before the
+        announce is recorded delivered, so a crash in between queues it again)."""
+        await asyncio.to_thread(put_outbound, self.deps.redis, self.deps.keys, copy)
 
     async def _try_open(
         self, adapter: OutboundChannel, message: Outbound

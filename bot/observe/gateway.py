@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -229,22 +229,23 @@ class _Entry(Protocol):
 
 
 E = TypeVar("E", bound=_Entry)
+P = ParamSpec("P")
 
 
 def observed_delivery(
-    deliver: Callable[[S2, E], Awaitable[None]],
-) -> Callable[[S2, E], Awaitable[None]]:
+    deliver: Callable[Concatenate[S2, E, P], Awaitable[None]],
+) -> Callable[Concatenate[S2, E, P], Awaitable[None]]:
     """Decorate the sender's ``deliver``: a ``deliver`` span continuing the trace the
     outbox entry carries (the turn or run that wrote it)."""
 
     @functools.wraps(deliver)
-    async def run(self: S2, entry: E) -> None:
+    async def run(self: S2, entry: E, /, *args: P.args, **kwargs: P.kwargs) -> None:
         message = entry.message
         parent = message.traceparent if message is not None else ""
         attrs = {"fanbot.outbox_key": entry.key}
         if message is not None:
             attrs |= {"fanbot.platform": message.thread.platform, "fanbot.kind": message.kind.value}
         with tracing.span("deliver", attrs, parent=parent):
-            await deliver(self, entry)
+            await deliver(self, entry, *args, **kwargs)
 
     return run

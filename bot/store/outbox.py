@@ -39,6 +39,27 @@ _DELETE_IF_EQUAL = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+# One entry's state, and the sending lock taken for ARGV[2] when the entry still needs
+# sending and nobody holds it (what the decision after a plain read would ask for next).
+_OBSERVE = """
+local delivered = redis.call('EXISTS', KEYS[1])
+local pending = redis.call('XPENDING', KEYS[2], ARGV[4], ARGV[1], ARGV[1], 1)
+local holder = redis.call('GET', KEYS[3])
+if delivered == 0 and #pending > 0 and not holder then
+  redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
+  holder = ARGV[2]
+end
+local deliveries = 0
+if #pending > 0 then deliveries = pending[1][4] end
+return {delivered, #pending, deliveries, holder, redis.call('HGETALL', KEYS[4])}
+"""
+# Record the delivery, acknowledge the entry and drop the sending lock if ARGV[5] holds it.
+_DELIVERED = """
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+redis.call('XACK', KEYS[2], ARGV[4], ARGV[1])
+if redis.call('GET', KEYS[3]) == ARGV[5] then redis.call('DEL', KEYS[3]) end
+return 1
+"""
 
 
 def encode(message: Outbound) -> dict[str, str]:
@@ -132,6 +153,8 @@ class Outbox:
         self.keys = keys
         self._acquire = redis.register_script(_ACQUIRE)
         self._delete_if_equal = redis.register_script(_DELETE_IF_EQUAL)
+        self._observe = redis.register_script(_OBSERVE)
+        self._delivered = redis.register_script(_DELIVERED)
 
     # -- the stream and its group -----------------------------------------------------------
 
@@ -228,24 +251,29 @@ class Outbox:
 
     # -- one entry ---------------------------------------------------------------------------
 
-    async def snapshot(self, entry_id: str, key: str, *, me: str = "") -> Snapshot:
-        """The entry's state; a sending lock held by ``me`` counts as alive unasked."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.exists(self.keys.delivered(key))
-            pipe.xpending_range(self.keys.outbox, GROUP, min=entry_id, max=entry_id, count=1)
-            pipe.get(self.keys.sending(key))
-            pipe.hgetall(self.keys.parts(key))
-            delivered, pending, holder, parts = await pipe.execute()
+    async def observe(self, entry_id: str, key: str, *, me: str, lock_seconds: float) -> Snapshot:
+        """The entry's state in one round trip; on the way the sending lock of ``key`` is
+        taken for ``me`` if the entry still needs sending and nobody holds it.
+
+        A lock held by ``me`` counts as alive unasked; another holder's liveness costs a
+        second round trip (only while another gateway sends, or died sending).
+        """
+        keys = [self.keys.delivered(key), self.keys.outbox, self.keys.sending(key)]
+        reply: Any = await self._observe(
+            keys=[*keys, self.keys.parts(key)],
+            args=[entry_id, me, int(lock_seconds * 1000), GROUP],
+        )
+        delivered, pending, deliveries, holder, flat = reply
         alive = holder == me or (
             holder is not None and bool(await self.redis.exists(self.keys.gateway_alive(holder)))
         )
         return Snapshot(
             delivered=bool(delivered),
             pending=bool(pending),
-            deliveries=int(pending[0]["times_delivered"]) if pending else 0,
+            deliveries=int(deliveries),
             holder=holder,
             holder_alive=alive,
-            parts={int(index): str(value) for index, value in parts.items()},
+            parts={int(flat[i]): str(flat[i + 1]) for i in range(0, len(flat), 2)},
         )
 
     async def lock(self, key: str, consumer: str, *, seconds: float) -> bool:
@@ -269,11 +297,12 @@ class Outbox:
             pipe.expire(self.keys.parts(key), DELIVERED_TTL)
             await pipe.execute()
 
-    async def mark_delivered(self, entry_id: str, key: str, ids: list[str]) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.keys.delivered(key), json.dumps(ids), ex=DELIVERED_TTL)
-            pipe.xack(self.keys.outbox, GROUP, entry_id)
-            await pipe.execute()
+    async def mark_delivered(self, entry_id: str, key: str, ids: list[str], *, holder: str) -> None:
+        """Record ``key`` delivered as ``ids``, acknowledge the entry and drop the sending
+        lock if ``holder`` holds it, atomically in one round trip."""
+        keys = [self.keys.delivered(key), self.keys.outbox, self.keys.sending(key)]
+        args: list[str | int] = [entry_id, json.dumps(ids), DELIVERED_TTL, GROUP, holder]
+        await self._delivered(keys=keys, args=args)
 
     async def dead_letter(self, entry_id: str, fields: Fields, reason: str) -> None:
         dead: dict[Any, Any] = {**fields, "reason": reason, "entry_id": entry_id}

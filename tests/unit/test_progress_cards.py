@@ -19,7 +19,7 @@ from adapters.console.terminal import Terminal
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import DeliveryError
-from bot.gateway.progress import ProgressRenderer, quiet_text, status_text
+from bot.gateway.progress import ProgressRenderer, moved_text, quiet_text, status_text
 from bot.gateway.runtime import async_client
 from bot.ports import DeletingChannel, PartLog
 from bot.runs.execute import execute_run
@@ -162,6 +162,17 @@ def test_a_stopped_run_keeps_the_count_it_reached(deps: Deps) -> None:
     assert (last.final, last.text, last.tools, last.quiet) == (True, "stopped", 7, False)
 
 
+def test_the_run_s_own_end_saves_its_count_in_the_terminal_transition(deps: Deps) -> None:
+    make_run(deps)
+    deps.runs.mark_running("r1", heartbeat_ttl=30)
+    deps.runs.update("r1", tool_calls=2)  # what progress saved last
+    assert finalize_run(deps, "r1", status=RunStatus.SUCCESS, result="done", tools=5)
+    assert deps.runs.field("r1", "tool_calls") == "5"
+    assert events(deps)[-1].tools == 5
+    assert not finalize_run(deps, "r1", status=RunStatus.ERROR, tools=9)  # ended already
+    assert deps.runs.field("r1", "tool_calls") == "5"
+
+
 def test_a_stop_from_elsewhere_sees_every_tool_call_so_far(deps: Deps) -> None:
     make_run(deps)
 
@@ -243,7 +254,7 @@ async def render(deps: Deps, aredis: object, channel: object, *batch: ProgressEv
         keys=deps.keys,
         adapters={"console": channel},  # type: ignore[dict-item]
         min_interval=0.0,
-        title_of=lambda _run_id: TITLE,
+        card_of=lambda _run_id: (TITLE, None),
     )
     for event in batch:
         await renderer._on_event(event)
@@ -324,3 +335,76 @@ async def test_the_console_drops_a_deleted_card_from_its_live_area() -> None:
     assert card in live._status_texts
     await live.delete(THREAD, card)
     assert card not in live._status_texts
+
+
+CHILD = ThreadRef(platform="console", account="a", chat="c", thread="child")
+
+
+def _renderer(deps: Deps, aredis: object, channel: object, **kw: object) -> ProgressRenderer:
+    return ProgressRenderer(
+        redis=aredis,  # type: ignore[arg-type]
+        keys=deps.keys,
+        adapters={"console": channel},  # type: ignore[dict-item]
+        min_interval=0.0,
+        **{"card_of": lambda _run_id: (TITLE, None), **kw},  # type: ignore[arg-type]
+    )
+
+
+async def test_a_card_moves_to_the_thread_the_gateway_opened_for_its_run(
+    deps: Deps, aredis: object
+) -> None:
+    channel = MemoryChannel()
+    renderer = _renderer(deps, aredis, channel)
+    await renderer._on_event(step(text="started"))  # posted before the thread was opened
+    await renderer.rebind("r1", CHILD)
+    await renderer._on_event(step(text="step 2"))  # the run's events still name the parent
+    await renderer._on_event(step(text="success", final=True, thread=CHILD))
+    await renderer.close()
+    assert [d.message_id for d in channel.deleted] == ["msg-1"]  # the parent's card
+    assert [(m.thread, m.text.split(" — ")[-1]) for m in channel.sent] == [
+        (THREAD, "started · 1 tool, 0.5s"),
+        (CHILD, "started · 1 tool, 0.5s"),
+    ]
+    assert [(e.thread, e.message_id) for e in channel.edits] == [
+        (CHILD, "msg-2"),
+        (CHILD, "msg-2"),
+    ]
+
+
+async def test_a_final_event_in_another_thread_moves_the_card_without_reposting(
+    deps: Deps, aredis: object
+) -> None:
+    channel = MemoryChannel()
+    renderer = _renderer(deps, aredis, channel)
+    await renderer._on_event(step(text="started"))
+    await renderer._on_event(step(text="success", final=True, thread=CHILD))
+    await renderer.close()
+    assert [d.message_id for d in channel.deleted] == ["msg-1"]
+    assert [(m.thread, m.text) for m in channel.sent] == [
+        (THREAD, f"⏳ {TITLE} — started · 1 tool, 0.5s"),
+        (CHILD, f"✅ {TITLE} — success (1 tool, 0.5s)"),
+    ]
+
+
+async def test_a_new_card_goes_to_the_runs_thread_now_not_the_events(
+    deps: Deps, aredis: object
+) -> None:
+    channel = MemoryChannel()
+    renderer = _renderer(deps, aredis, channel, card_of=lambda _run_id: (TITLE, CHILD))
+    await renderer._on_event(step(text="started"))
+    await renderer.close()
+    assert [m.thread for m in channel.sent] == [CHILD]
+
+
+async def test_where_a_card_cannot_be_deleted_it_says_where_the_run_went(
+    deps: Deps, aredis: object
+) -> None:
+    channel = RefusingChannel()
+    renderer = _renderer(deps, aredis, channel)
+    await renderer._on_event(step(text="started"))
+    await renderer.rebind("r1", CHILD)
+    await renderer.close()
+    assert [(e.thread, e.message_id, e.text) for e in channel.edits] == [
+        (THREAD, "msg-1", moved_text(TITLE))
+    ]
+    assert [m.thread for m in channel.sent] == [THREAD, CHILD]

@@ -1,13 +1,18 @@
 """The worker launcher: N RQ worker processes plus the maintenance sweep, supervised.
 
-Each RQ worker is a separate ``python -m workers --single`` process (fork+exec, so no
-threads are copied into it); it forks one work horse per job, as RQ does. The launcher
-restarts a worker that dies and forwards SIGTERM/SIGINT for a warm shutdown.
+The launcher imports and warms up what a job needs once (:func:`workers.jobs.warm_up`),
+then forks each RQ worker from itself before it starts any thread of its own, so the
+workers share its pages (see :mod:`workers.forked`); each worker forks one work horse per
+job, as RQ does. The launcher restarts a worker that dies (forked the same way) and
+forwards SIGTERM/SIGINT for a warm shutdown. ``--single`` runs one worker in the process
+itself, warming up on its own.
 """
 
 from __future__ import annotations
 
+import _strptime  # noqa: F401  (RQ parses dates in each worker: imported once, shared)
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -25,14 +30,17 @@ from rq.serializers import JSONSerializer
 from bot import failpoints
 from bot.config import Settings, load_settings
 from bot.deps import Deps
+from bot.errors import ConfigError, RedisUnavailable
 from bot.logs import configure as configure_logging
-from bot.observe.serve import serve_worker_endpoints
+from bot.observe import tracing
+from bot.observe.serve import EndpointServer, serve_worker_endpoints
 from bot.redis_watch import RedisWatch, wait_until_reachable
 from bot.runs.stop import stop_run
 from bot.store.connect import connect
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE
 from workers import jobs
 from workers.callbacks import horse_killed, worker_died
+from workers.forked import Forked, fork_worker
 from workers.maintenance import maintenance_loop
 
 log = logging.getLogger("fanbot.worker")
@@ -46,6 +54,14 @@ GIVE_UP_AFTER_EARLY_EXITS = 3
 
 def _host_pid() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _stop_with_parent(parent_pid: int, stop: threading.Event, done: threading.Event) -> None:
+    """Set ``stop`` if the process ``parent_pid`` goes before ``done`` is set."""
+    while not done.wait(0.2):
+        if os.getppid() != parent_pid:
+            stop.set()
+            return
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -62,15 +78,24 @@ def run_single(
     *,
     burst: bool = False,
     parent_pid: int | None = None,
+    warmed: Deps | None = None,
 ) -> None:
-    """Run one RQ worker in this process until it is told to stop."""
+    """Run one RQ worker in this process until it is told to stop.
+
+    ``warmed`` are the dependencies :func:`workers.jobs.warm_up` built before this process
+    was forked; without them it warms up itself.
+    """
     if parent_pid is not None:
         threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     failpoints.hit("worker.start")  # lets a test make every worker fail at start
     who = f"worker pid {os.getpid()}"
     if not wait_until_reachable(settings.redis_url, who=who):
         return
-    deps = jobs.warm_up(settings)
+    if warmed is None:
+        deps = jobs.warm_up(settings)
+    else:
+        deps = warmed
+        tracing.configure(settings, service="worker")  # not in the launcher: see run_pool
     watch = RedisWatch(
         url=settings.redis_url, who=who, probe_key=deps.keys.redis_probe(_host_pid())
     )
@@ -100,6 +125,27 @@ class FanbotWorker(Worker):
     deps: Deps | None = None
     _grace_timer: threading.Thread | None = None
 
+    _collecting = True
+
+    def execute_job(self, job: Any, queue: Any) -> None:
+        # No collection in this worker while its horse runs: a collection writes into each
+        # object it walks, and every page written here is no longer shared with the horse.
+        self._collecting = gc.isenabled()
+        gc.disable()
+        try:
+            super().execute_job(job, queue)
+        finally:
+            if self._collecting:
+                gc.enable()
+
+    def main_work_horse(self, job: Any, queue: Any) -> None:
+        # First thing after the fork: the horse's collections then never walk (and copy
+        # the pages of) what it inherited from this worker and the launcher.
+        gc.freeze()
+        if self._collecting:
+            gc.enable()
+        super().main_work_horse(job, queue)
+
     def request_stop(self, signum: Any, frame: Any) -> None:
         if self._grace_timer is None and self.deps is not None:
             self._grace_timer = threading.Thread(
@@ -121,12 +167,21 @@ class FanbotWorker(Worker):
             log.exception("could not stop the current run at shutdown")
 
 
-def _spawn(queues: Sequence[str]) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "workers", "--single", "--queues", ",".join(queues)]
-    cmd += ["--parent-pid", str(os.getpid())]
-    # Own session per worker: RQ kills a horse with killpg(getpgid(horse)); if that races the
-    # horse's own setpgrp, the group killed is the worker's, and it must not be ours.
-    return subprocess.Popen(cmd, env=os.environ.copy(), start_new_session=True)
+def _spawn(
+    settings: Settings, queues: Sequence[str], warmed: Deps, http: EndpointServer | None
+) -> Forked:
+    """Fork one worker from this warmed process (a session of its own: see fork_worker)."""
+    parent = os.getpid()
+
+    def work() -> int:
+        try:
+            run_single(settings, queues, parent_pid=parent, warmed=warmed)
+        except (ConfigError, RedisUnavailable) as exc:  # one line and exit 2, as --single
+            print(f"fanbot worker: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2
+        return 0
+
+    return fork_worker(work, close=[http.socket] if http is not None else [])
 
 
 def run_pool(
@@ -144,10 +199,25 @@ def run_pool(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
     who = f"worker launcher pid {os.getpid()}"
-    # Say what is missing before starting workers that could only wait for it too.
-    if not wait_until_reachable(settings.redis_url, who=who, stop=stopping):
+    # Say what is missing before starting workers that could only wait for it too; a
+    # parent that goes meanwhile (the console, a test) ends the wait as a signal would.
+    waiting = threading.Event()
+    if parent_pid is not None:
+        watcher = threading.Thread(
+            target=_stop_with_parent, args=(parent_pid, stopping, waiting), daemon=True
+        )
+        watcher.start()
+    reachable = wait_until_reachable(settings.redis_url, who=who, stop=stopping)
+    waiting.set()
+    if parent_pid is not None:
+        watcher.join()  # no thread may run while the workers are forked below
+    if not reachable or stopping.is_set():
         return 0
     deps = Deps.build(settings)
+    # Tracing stays off here (each worker starts its own exporter); the first forks come
+    # before any thread of this process starts, so none holds a lock a worker inherits.
+    warmed = jobs.warm_up(settings, trace=False)
+    children = [_spawn(settings, queues, warmed, None) for _ in range(count)]
     watch = RedisWatch(
         url=settings.redis_url, who=who, probe_key=deps.keys.redis_probe(_host_pid())
     )
@@ -161,7 +231,6 @@ def run_pool(
     )
     if maintenance:
         sweeper.start()
-    children = [_spawn(queues) for _ in range(count)]
     http = serve_worker_endpoints(
         deps, host=metrics_host, port=metrics_port, expected=count,
         pids=lambda: [c.pid for c in children if c.poll() is None],
@@ -174,11 +243,12 @@ def run_pool(
             log.warning("parent process %s is gone; shutting down", parent_pid)
             break
         for i, child in enumerate(children):
-            if child.poll() is None:
+            returncode = child.poll()
+            if returncode is None:
                 continue
             # Killed by a signal (an operator, the OOM killer, a fault test) is not "could
             # not start": only a worker that exits with an error that soon counts.
-            failed = child.returncode > 0
+            failed = returncode > 0
             early = failed and time.monotonic() - started[i] < EARLY_EXIT_SECONDS
             early_exits = early_exits + 1 if early else 0
             if early_exits >= GIVE_UP_AFTER_EARLY_EXITS:
@@ -192,7 +262,7 @@ def run_pool(
             worker_died(deps, child.pid)  # its run now, not when its heartbeat expires
             log.warning("worker pid %s exited with %s; restarting", child.pid, child.returncode)
             time.sleep(RESTART_BACKOFF)
-            children[i], started[i] = _spawn(queues), time.monotonic()
+            children[i], started[i] = _spawn(settings, queues, warmed, http), time.monotonic()
     sub = settings.subagents
     _shutdown(children, sub.shutdown_grace_seconds + sub.hard_kill_grace_seconds + 15)
     watch.stop()
@@ -202,7 +272,7 @@ def run_pool(
     return code
 
 
-def _shutdown(children: list[subprocess.Popen[bytes]], timeout: float) -> None:
+def _shutdown(children: list[Forked], timeout: float) -> None:
     """Warm shutdown: RQ finishes the current job on SIGTERM; kill what outlives ``timeout``."""
     for child in children:
         if child.poll() is None:

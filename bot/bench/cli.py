@@ -132,6 +132,13 @@ def compare(
     samples: Annotated[int, typer.Option(help="Single spawns per repetition.", min=1)] = 5,
     quick: Annotated[bool, typer.Option(help="Small numbers: a run of about a minute.")] = False,
     kill: Annotated[bool, typer.Option(help="Measure worker SIGKILL -> unknown.")] = True,
+    only: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated figures to measure: spawn, announce, memory, makespan, "
+            "throughput, kill (default: all)."
+        ),
+    ] = "",
     plot: Annotated[
         Path | None, typer.Option(help="Also draw the figures into this PNG (fanbot[plot]).")
     ] = None,
@@ -140,11 +147,16 @@ def compare(
     ] = None,
 ) -> None:
     """fanbot against bare RQ on one private Redis: latency, makespan, PSS, throughput."""
-    from bot.bench.compare import CompareConfig, run_compare
+    from bot.bench.compare import PHASES, CompareConfig, run_compare
 
+    chosen = frozenset(p.strip() for p in only.split(",") if p.strip()) or PHASES
+    if unknown := sorted(chosen - PHASES):
+        typer.echo(f"fanbot bench compare: unknown --only {', '.join(unknown)}; "
+                   f"choose from {', '.join(sorted(PHASES))}", err=True)  # fmt: skip
+        raise typer.Exit(2)
     directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-compare-"))
     config = CompareConfig(
-        workers=workers, repeat=repeat, burst=burst, samples=samples, kill=kill,
+        workers=workers, repeat=repeat, burst=burst, samples=samples, kill=kill, only=chosen,
         makespan_runs=runs or (16 if quick else 100),
         model_seconds=model_seconds or (0.5 if quick else 2.0),
         throughput_runs=throughput_runs or (48 if quick else 200),

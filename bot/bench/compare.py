@@ -60,6 +60,9 @@ class CompareError(FanbotError):
     """The comparison could not run (a process did not start, or a phase timed out)."""
 
 
+PHASES = frozenset({"spawn", "announce", "memory", "makespan", "throughput", "kill"})
+
+
 @dataclass(frozen=True, kw_only=True)
 class CompareConfig:
     """Knobs of one comparison (the CLI's options)."""
@@ -72,6 +75,7 @@ class CompareConfig:
     model_seconds: float = 2.0
     throughput_runs: int = 200
     kill: bool = True
+    only: frozenset[str] = PHASES  # which groups of figures to measure
     log_dir: Path
     report: Callable[[str], None] | None = None
 
@@ -218,20 +222,26 @@ def _all_phases(bench: _Env) -> None:
     _bare_starts(bench, 1, record=None, samples=1)
     from bot.bench import compare_phases as phases
 
+    only = bench.config.only
     for rep in range(bench.config.repeat):
         bench.say(f"compare: repetition {rep + 1}/{bench.config.repeat}")
-        _single_spawns(bench, samples=bench.config.samples, record=True)
-        _bare_starts(bench, 1, record="spawn1", samples=bench.config.samples)
-        _burst_spawns(bench)
-        _bare_starts(bench, bench.config.burst, record="spawnN", samples=1)
-        phases.announce(bench)
-        phases.stream_latency(bench)
-        phases.memory(bench)
-        phases.makespan(bench)
-        phases.bare_makespan(bench)
-        phases.throughput(bench)
-        phases.bare_throughput(bench)
-        if bench.config.kill:
+        if "spawn" in only:
+            _single_spawns(bench, samples=bench.config.samples, record=True)
+            _bare_starts(bench, 1, record="spawn1", samples=bench.config.samples)
+            _burst_spawns(bench)
+            _bare_starts(bench, bench.config.burst, record="spawnN", samples=1)
+        if "announce" in only:
+            phases.announce(bench)
+            phases.stream_latency(bench)
+        if "memory" in only:
+            phases.memory(bench)
+        if "makespan" in only:
+            phases.makespan(bench)
+            phases.bare_makespan(bench)
+        if "throughput" in only:
+            phases.throughput(bench)
+            phases.bare_throughput(bench)
+        if bench.config.kill and "kill" in only:
             phases.kill(bench)
 
 

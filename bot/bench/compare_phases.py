@@ -123,14 +123,22 @@ def bare_makespan(bench: _Env) -> None:
 
 def memory(bench: _Env) -> None:
     """PSS of an idle worker, and added per running run: ``workers`` runs that wait
-    :data:`MEMORY_MODEL_SECONDS` for the model, sampled while all of them run."""
+    :data:`MEMORY_MODEL_SECONDS` for the model, sampled while all of them run.
+
+    fanbot's launcher is summed with its workers (its PSS spread over them): the workers
+    are forked from it and share its pages, so leaving it out would drop its share of
+    them from the idle figure and, as each horse takes a share too, add to the per-run one.
+    """
     busy = bench.config.workers
     workers = bench.pool.worker_pids()
-    idle = pss(workers)
+    launcher = [bench.pool.launcher.pid] if bench.pool.launcher is not None else []
+    idle = pss(launcher + workers)
     bench.add("pss_idle", "fanbot", idle / len(workers))
     bench.model.delay = MEMORY_MODEL_SECONDS
     spawned = spawn_runs(bench, busy)
-    _sample_running(bench, "fanbot", workers, idle, busy, lambda: bench.fake.in_flight >= busy)
+    _sample_running(
+        bench, "fanbot", workers, idle, busy, lambda: bench.fake.in_flight >= busy, also=launcher
+    )
     wait_announced(bench, spawned, timeout=MEMORY_MODEL_SECONDS + 60)
     bench.model.delay = 0.0
     workers = bench.bare.worker_pids()
@@ -142,9 +150,15 @@ def memory(bench: _Env) -> None:
 
 
 def _sample_running(
-    bench: _Env, side: str, workers: list[int], idle: int, busy: int, ready: Callable[[], bool]
+    bench: _Env,
+    side: str,
+    workers: list[int],
+    idle: int,
+    busy: int,
+    ready: Callable[[], bool],
+    also: list[int] | None = None,
 ) -> None:
-    """PSS of workers + horses once ``busy`` horses are running, minus the idle workers'."""
+    """PSS of workers + horses (+ ``also``) once ``busy`` horses are running, minus ``idle``."""
     deadline = time.monotonic() + 60
     while len(children(workers)) < busy or not ready():
         if time.monotonic() > deadline:
@@ -152,7 +166,7 @@ def _sample_running(
         time.sleep(0.02)
     time.sleep(0.2)  # past the horse's start-up (imports, first request)
     horses = children(workers)
-    total = pss(workers + horses)
+    total = pss((also or []) + workers + horses)
     if sorted(children(workers)) != sorted(horses):
         raise CompareError(f"{side}: a run ended while its memory was sampled")
     bench.add("pss_run", side, (total - idle) / len(horses))

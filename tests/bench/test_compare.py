@@ -62,3 +62,18 @@ def test_plot_draws_or_says_matplotlib_is_missing(tmp_path: Path) -> None:
 def test_the_cli_offers_compare() -> None:
     output = CliRunner().invoke(app, ["compare", "--help"]).output
     assert "--quick" in output and "--plot" in output and "--repeat" in output
+
+
+def test_only_refuses_an_unknown_figure_group() -> None:
+    result = CliRunner().invoke(app, ["compare", "--only", "spawn,latency"])
+    assert result.exit_code == 2
+    assert "unknown --only latency" in result.output and "announce" in result.output
+
+
+async def test_only_measures_just_the_chosen_figures(tmp_path: Path) -> None:
+    config = CompareConfig(
+        workers=2, repeat=1, burst=2, samples=1, only=frozenset({"memory"}), log_dir=tmp_path,
+    )  # fmt: skip
+    result = await run_compare(config)
+    assert result.values("pss_idle", "fanbot") and result.values("pss_idle", "bare")
+    assert not result.values("spawn1", "fanbot") and not result.values("makespan", "fanbot")

@@ -3,13 +3,19 @@ forever while runs wait in silence; workers killed by a signal are just restarte
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
+
+from bot.testing.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -54,3 +60,37 @@ def test_workers_killed_by_a_signal_are_restarted_not_given_up_on(redis_url: str
             proc.stdout.close()
     out = "".join(lines)
     assert "giving up" not in out
+
+
+def test_a_launcher_waiting_for_redis_exits_when_its_parent_dies(tmp_path: Path) -> None:
+    """The console (or a test) dies while its launcher still waits for an unreachable
+    Redis: the launcher must not linger."""
+    env = {**os.environ, "FANBOT_REDIS_URL": "redis://127.0.0.1:1/0", "FANBOT_CONFIG": os.devnull}
+    pid_file = tmp_path / "launcher.pid"
+    script = (
+        f"{shlex.quote(sys.executable)} -m workers --count 1 --no-maintenance "
+        f"--parent-pid $$ & echo $! > {shlex.quote(str(pid_file))}; wait"
+    )
+    parent = subprocess.Popen(["sh", "-c", script], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", timeout=10)
+    launcher_pid = int(pid_file.read_text())
+    try:
+        time.sleep(1.0)  # it is waiting for Redis now
+        assert _alive(launcher_pid)
+        parent.kill()
+        parent.wait()
+        wait_until(lambda: not _alive(launcher_pid), timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(launcher_pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purpose (its new parent reaps it).
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(")")[-1].split()[0] != "Z"

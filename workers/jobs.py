@@ -35,7 +35,7 @@ from bot.deps import Deps
 from bot.observe import tracing
 from bot.observe.jobs import job_scope
 from bot.prices import table_cost
-from bot.runs.execute import RunBody, execute_run
+from bot.runs.execute import RunBody, execute_run, start_run
 from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE, TurnJob
 from bot.types import RunRecord
@@ -62,13 +62,15 @@ class Worked:
 _warm: list[Worked] = []
 
 
-def warm_up(settings: Settings) -> Deps:
+def warm_up(settings: Settings, *, trace: bool = True) -> Deps:
     """Build the dependencies once in the worker process, before any horse forks (and
-    import the compiled types' runnables, so horses inherit them)."""
+    import the compiled types' runnables, so horses inherit them). The launcher warms up
+    before it forks its workers, with ``trace=False``: each worker starts tracing itself."""
     _warm[:] = [Worked.build(settings)]
     for problem in preload(settings):
         log.warning("%s; its runs will end with an error", problem)
-    tracing.configure(settings, service="worker")  # each horse flushes its spans at the end
+    if trace:
+        tracing.configure(settings, service="worker")  # each horse flushes its spans at the end
     try:
         _prepare(_warm[0])
     except Exception:  # never worth a worker that does not start: the horses do it instead
@@ -140,8 +142,10 @@ def run_turn(payload: dict[str, Any]) -> dict[str, Any]:
 
 def run_subagent(run_id: str) -> dict[str, Any]:
     """One subagent run (queue ``subagents``); the run hash holds the truth."""
-    with _worked() as w, job_scope(w.deps, queue=SUBAGENTS_QUEUE, run_id=run_id):
-        status = execute_run(w.deps, run_id, _body(w))
+    with _worked() as w:
+        start = start_run(w.deps, run_id)  # one round trip; the scope reuses what it read
+        with job_scope(w.deps, queue=SUBAGENTS_QUEUE, run_id=run_id, run=start.record):
+            status = execute_run(w.deps, run_id, _body(w), start=start)
     return {"run_id": run_id, "status": status}
 
 

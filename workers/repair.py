@@ -48,12 +48,13 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rq.job import JobStatus
+from rq.job import Job, JobStatus
 from rq.rate_limit import RateLimitRegistry
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
 from bot.deps import Deps
+from bot.store import as_text
 from bot.store.lost_jobs import LostJobs
 from bot.store.rq_state import Holder, observe, observe_lanes, requeue_lost
 from bot.types import RunStatus
@@ -149,21 +150,33 @@ def _rejoin_lines(deps: Deps, *, now: float, grace: float) -> list[str]:
 def _fair_holders(deps: Deps, since: Mapping[str, float], *, now: float) -> list[Holder]:
     holders = []
     for run_id in deps.jobs.fair.holders():
+        job_id = _slot_job(deps, run_id)
         try:
             holders.append(
-                observe(deps.redis, FAIR_LANE, run_id, now=now, lost_since=since.get(run_id))
+                observe(deps.redis, FAIR_LANE, job_id, now=now, lost_since=since.get(job_id))
             )
         except Exception:  # one malformed job must not stop the repair of the others
             log.warning("cannot inspect the job of run %s", run_id, exc_info=True)
     return holders
 
 
-def _release_fair(deps: Deps, run_id: str) -> bool:
-    """Free a subagent slot whose job is done, once its run has ended or parked."""
+def _slot_job(deps: Deps, run_id: str) -> str:
+    """The job that holds ``run_id``'s slot: its admitted resume job while it is parked
+    (a dead worker may have dropped that one too), else its own job (id = run id)."""
+    record = deps.runs.get(run_id)
+    if record is not None and record.parked_at is not None and record.resume_job:
+        return record.resume_job
+    return run_id
+
+
+def _release_fair(deps: Deps, job_id: str) -> str:
+    """Free a subagent slot whose job is done, once its run has ended or parked; the run
+    whose slot was freed ("" = none)."""
+    run_id = as_text(deps.redis.hget(Job.key_for(job_id), "fanbot_run") or job_id)
     record = deps.runs.get(run_id)
     if record is not None and not record.status.terminal and record.parked_at is None:
-        return False
-    return deps.jobs.fair.release(run_id)
+        return ""
+    return run_id if deps.jobs.fair.release(run_id) else ""
 
 
 def _act(deps: Deps, plan: Iterable[tuple[Holder, Action]], *, now: float) -> Repaired:
@@ -175,9 +188,9 @@ def _act(deps: Deps, plan: Iterable[tuple[Holder, Action]], *, now: float) -> Re
             log.warning("requeued lost job %s of lane %s", holder.job_id, holder.lane)
             done.requeued.append(holder.job_id)
         elif action is Action.RELEASE and holder.lane == FAIR_LANE:
-            if _release_fair(deps, holder.job_id):
-                log.warning("freed the subagent slot of run %s", holder.job_id)
-                done.released.append(holder.job_id)
+            if freed := _release_fair(deps, holder.job_id):
+                log.warning("freed the subagent slot of run %s", freed)
+                done.released.append(freed)
         elif action is Action.RELEASE:
             RateLimitRegistry(holder.lane, conn).release_stale_and_enqueue(holder.job_id)
             log.warning(

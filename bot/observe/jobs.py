@@ -16,6 +16,7 @@ from bot.deps import Deps
 from bot.observe import catalog, record, tracing
 from bot.observe.scope import bound
 from bot.runs.render import estimate_cost
+from bot.store.metrics import Update
 from bot.types import RunRecord, Usage
 
 
@@ -28,14 +29,18 @@ def job_scope(
     session_key: str = "",
     traceparent: str = "",
     enqueued_at: float | None = None,
+    run: RunRecord | None = None,
 ) -> Iterator[None]:
-    """Observe one job of ``queue`` (a run's job when ``run_id`` is set)."""
-    run = deps.runs.get(run_id) if run_id else None
+    """Observe one job of ``queue`` (a run's job when ``run_id`` is set; ``run``: its
+    record when the caller has read it already)."""
+    if run is None and run_id:
+        run = deps.runs.get(run_id)
     if run is not None:
         session_key, traceparent = run.session_key, run.traceparent or traceparent
         enqueued_at = run.created_at
-    if enqueued_at:
-        record.write(deps, catalog.queue_wait(queue, time.time() - enqueued_at))
+    # The queue wait goes out with the job's first model metrics (or at its end), so the
+    # first model request does not wait for one more round trip.
+    pending = catalog.queue_wait(queue, time.time() - enqueued_at) if enqueued_at else []
     attrs = {"fanbot.session_key": session_key, "fanbot.queue": queue}
     if run_id:
         attrs["fanbot.run_id"] = run_id
@@ -45,26 +50,37 @@ def job_scope(
             bound(
                 run_id=run_id,
                 session_key=session_key,
-                on_model_call=lambda model, usage, ok: _model_called(deps, model, usage, ok),
-                on_first_token=_first_token(deps, run) if run is not None else None,
+                on_model_call=lambda model, usage, ok: _model_called(
+                    deps, model, usage, ok, pending
+                ),
+                on_first_token=_first_token(deps, run, pending) if run is not None else None,
             ),
         ):
             yield
     finally:
+        if pending:
+            record.write(deps, _taken(pending))
         tracing.flush()  # RQ ends the horse with os._exit: buffered spans would be lost
 
 
-def _model_called(deps: Deps, model: str, usage: Usage, ok: bool) -> None:
+def _taken(pending: list[Update]) -> list[Update]:
+    taken = list(pending)
+    pending.clear()
+    return taken
+
+
+def _model_called(deps: Deps, model: str, usage: Usage, ok: bool, pending: list[Update]) -> None:
     cost = estimate_cost(model, usage, deps.settings.prices) if usage.total else None
-    record.write(deps, catalog.model_call(model, usage, cost, ok=ok))
+    record.write(deps, [*_taken(pending), *catalog.model_call(model, usage, cost, ok=ok)])
 
 
-def _first_token(deps: Deps, run: RunRecord) -> Callable[[], None]:
+def _first_token(deps: Deps, run: RunRecord, pending: list[Update]) -> Callable[[], None]:
     seen = [False]
 
     def first() -> None:
         if not seen[0]:
             seen[0] = True
-            record.write(deps, catalog.first_token(run.subagent_type, time.time() - run.created_at))
+            waited = catalog.first_token(run.subagent_type, time.time() - run.created_at)
+            record.write(deps, [*_taken(pending), *waited])
 
     return first

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Protocol
 
 from rq.timeouts import BaseTimeoutException
@@ -33,11 +34,12 @@ from bot.runs.approvals import post_request
 from bot.runs.budget import run_guard
 from bot.runs.finalize import finalize_run
 from bot.runs.line import after_slot_freed
-from bot.runs.outfiles import remember_out
-from bot.runs.progress import save_tool_count, step_event
+from bot.runs.outfiles import out_snapshot
+from bot.runs.progress import TOOLS_FIELD, save_tool_count, step_event
 from bot.runs.receipts import read_inbox
 from bot.runs.stall import stall_watch
-from bot.steps import LoopControl, LoopResult, Meter
+from bot.steps import LoopControl, LoopResult, Message, Meter
+from bot.store.runs import RunStart
 from bot.store.streams import ProgressEvent, put_progress
 from bot.types import RunRecord, RunStatus
 
@@ -77,34 +79,53 @@ def heartbeat(deps: Deps, run_id: str) -> Iterator[None]:
         thread.join(timeout=every + 1)
 
 
-def execute_run(deps: Deps, run_id: str, body: RunBody, *, resume: bool = False) -> str:
+def start_run(deps: Deps, run_id: str, *, resume: bool = False) -> RunStart:
+    """Start executing ``run_id`` (``resume``: a parked run goes on) in one round trip:
+    marked running with a first heartbeat, ``out/`` remembered, "started" on its status
+    card; also reads the run, its stop flag and its inbox's length for the first step."""
+    return deps.runs.start(
+        run_id,
+        heartbeat_ttl=deps.settings.subagents.stale_after_seconds,
+        resume=resume,
+        snapshot=out_snapshot(),
+        progress="started",
+    )
+
+
+def execute_run(
+    deps: Deps, run_id: str, body: RunBody, *, resume: bool = False, start: RunStart | None = None
+) -> str:
     """Run ``run_id`` to its end; returns its final status (also recorded in Redis), or
-    ``parked`` when an orchestrator waits for its children (``resume``: it is back)."""
-    record = deps.runs.get(run_id)
+    ``parked`` when an orchestrator waits for its children (``resume``: it is back).
+    ``start``: :func:`start_run` done already by the caller."""
+    start = start or start_run(deps, run_id, resume=resume)
+    record = start.record
     if record is None:
         log.warning("run %s has no record; nothing to do", run_id)
         return "missing"
-    ttl = deps.settings.subagents.stale_after_seconds
-    start_it = deps.runs.mark_resumed if resume else deps.runs.mark_running
-    if not start_it(run_id, heartbeat_ttl=ttl):
+    if not start.started:
         return record.status.value
-    remember_out(deps, record)
     meter = Meter(usage=record.usage)  # a resumed run goes on counting
-    start = ProgressEvent(run_id=run_id, thread=record.thread, text="started")
-    put_progress(deps.redis, deps.keys, start)
     with heartbeat(deps, run_id), stall_watch(deps, record, meter) as watch:
         try:
-            status, text, notes = _drive(deps, record, watch.guard(body), meter)
+            status, text, notes = _drive(deps, record, watch.guard(body), meter, start)
         except RunParked as parked:
             _park(deps, record, meter, parked)
             return "parked"
-    save_tool_count(deps, run_id, meter)
-    finalize_run(deps, run_id, status=status, result=text, notes=notes, usage=meter.usage)
+    finalize_run(
+        deps,
+        run_id,
+        status=status,
+        result=text,
+        notes=notes,
+        usage=meter.usage,
+        tools=meter.tool_calls,
+    )
     return status.value
 
 
 def _drive(
-    deps: Deps, record: RunRecord, body: RunBody, meter: Meter
+    deps: Deps, record: RunRecord, body: RunBody, meter: Meter, start: RunStart
 ) -> tuple[RunStatus, str, str]:
     """Run the body and map how it ended to (status, result, notes)."""
 
@@ -112,7 +133,7 @@ def _drive(
         return f"after {meter.steps} step(s)"
 
     try:
-        result = body(record, control=_control(deps, record, meter), meter=meter)
+        result = body(record, control=_control(deps, record, meter, start), meter=meter)
     except RunStopped:
         return RunStatus.STOPPED, meter.last_text, f"stopped on request {steps()}"
     except RunStalled as exc:
@@ -176,38 +197,84 @@ def _timeout_note(record: RunRecord, steps: str) -> str:
     return f"run timeout of {record.timeout_s}s reached {steps}"
 
 
-def _control(deps: Deps, record: RunRecord, meter: Meter) -> LoopControl:
+FIRST_STEP = ("checkpoint", "steering")
+"""The hooks a tool loop's first step calls, in order, before its model request."""
+
+
+@dataclass(kw_only=True)
+class StartReadings:
+    """The stop flag and inbox length the run's start read, moments before its first step.
+
+    They stand for the first step's checkpoint and steering when the body calls those
+    first, in that order (the tool loop does): two round trips fewer before the first model
+    request. Any other hook call spends them, and each stands once.
+    """
+
+    stop: bool
+    inbox: int
+    used: int = 0
+    spent: bool = False
+
+    def take(self, hook: str) -> bool:
+        """Whether this call of ``hook`` may use the start's reading."""
+        if self.spent or hook != FIRST_STEP[self.used]:
+            self.spent = True
+            return False
+        self.used += 1
+        self.spent = self.used == len(FIRST_STEP)
+        return True
+
+
+def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> LoopControl:
     run_id = record.run_id
     last = [0.0]
     noted = [""]  # a new budget warning goes out at once, unthrottled
     counted = [0]
+    early = StartReadings(stop=start.stop_requested, inbox=start.inbox)
+
+    def stop_requested() -> bool:
+        if early.take("checkpoint"):
+            return early.stop
+        return deps.runs.stop_requested(run_id)
+
+    def steering() -> list[str]:
+        if early.take("steering") and not early.inbox:
+            return []
+        return read_inbox(deps, run_id)
+
+    def record_message(message: Message) -> None:
+        early.take("record")
+        deps.transcripts.append(record.session_id, message)
 
     def checkpoint() -> None:
-        if deps.runs.stop_requested(run_id):
+        if stop_requested():
             raise RunStopped("stop requested")
         if time.monotonic() - meter.started >= record.timeout_s:
             raise RunDeadline("soft deadline")
 
     def progress(text: str) -> None:
-        if meter.tool_calls != counted[0]:  # unthrottled: a stop's final tally reads it
-            counted[0] = meter.tool_calls
-            save_tool_count(deps, run_id, meter)
-        now = time.monotonic()
-        if now - last[0] < PROGRESS_MIN_INTERVAL and meter.note == noted[0]:
-            return
-        last[0], noted[0] = now, meter.note
-        deps.runs.update(
-            run_id,
-            result=meter.last_text,
-            prompt_tokens=meter.usage.prompt_tokens,
-            completion_tokens=meter.usage.completion_tokens,
-        )
-        put_progress(deps.redis, deps.keys, step_event(record, meter, text))
+        early.take("progress")
+        with deps.redis.pipeline(transaction=False) as pipe:  # one round trip (or none)
+            if meter.tool_calls != counted[0]:  # unthrottled: a stop's final tally reads it
+                counted[0] = meter.tool_calls
+                deps.runs.update(run_id, client=pipe, **{TOOLS_FIELD: meter.tool_calls})
+            now = time.monotonic()
+            if now - last[0] >= PROGRESS_MIN_INTERVAL or meter.note != noted[0]:
+                last[0], noted[0] = now, meter.note
+                deps.runs.update(
+                    run_id,
+                    client=pipe,
+                    result=meter.last_text,
+                    prompt_tokens=meter.usage.prompt_tokens,
+                    completion_tokens=meter.usage.completion_tokens,
+                )
+                put_progress(pipe, deps.keys, step_event(record, meter, text))
+            pipe.execute()
 
     return LoopControl(
         checkpoint=checkpoint,
-        steering=lambda: read_inbox(deps, run_id),
-        record=lambda m: deps.transcripts.append(record.session_id, m),
+        steering=steering,
+        record=record_message,
         progress=progress,
         deadline=meter.started + record.timeout_s,
         budget=run_guard(deps, record, checkpoint),

@@ -18,7 +18,7 @@ from bot.observe import tracing
 from bot.runs.join import after_last_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import announce_files
-from bot.runs.progress import final_event
+from bot.runs.progress import TOOLS_FIELD, final_event
 from bot.runs.render import (
     ANNOUNCE_SKIP,
     estimate_cost,
@@ -43,10 +43,12 @@ def finalize_run(
     result: str | None = None,
     notes: str = "",
     usage: Usage | None = None,
+    tools: int | None = None,
 ) -> bool:
     """End ``run_id`` with ``status`` unless it already ended; True if this call ended it.
 
-    ``result=None`` keeps whatever partial result the run recorded while working.
+    ``result=None`` keeps whatever partial result the run recorded while working;
+    ``tools``: the run's tool call count, saved by the same script (``None``: as saved).
     """
     record = deps.runs.get(run_id)
     if record is None or record.status.terminal:
@@ -85,7 +87,7 @@ def finalize_run(
             ),
         },
         archive_at=_archive_at(deps, record, ended_at),
-        extra=_usage_fields(record),
+        extra=_usage_fields(record) | ({} if tools is None else {TOOLS_FIELD: tools}),
         ended_at=ended_at,
     )
     done = deps.runs.finalize(

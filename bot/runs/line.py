@@ -39,12 +39,14 @@ def show_places(deps: Deps, *, from_run: str | None = None) -> None:
         start = line.index(from_run) if from_run in line else 0
         line = line[start : start + MAX_PLACES]
         places = {run_id: place for place, run_id in enumerate(line, start + 1)}
-        for record in deps.runs.get_many(line):
-            if record.status is not RunStatus.QUEUED:
-                continue  # started meanwhile: its own events tell its card
-            text = place_text(places[record.run_id])
-            event = ProgressEvent(run_id=record.run_id, thread=record.thread, text=text)
-            put_progress(deps.redis, deps.keys, event)
+        with deps.redis.pipeline(transaction=False) as pipe:  # one round trip for them all
+            for record in deps.runs.get_many(line):
+                if record.status is not RunStatus.QUEUED:
+                    continue  # started meanwhile: its own events tell its card
+                text = place_text(places[record.run_id])
+                event = ProgressEvent(run_id=record.run_id, thread=record.thread, text=text)
+                put_progress(pipe, deps.keys, event)
+            pipe.execute()
     except Exception:
         log.warning("cannot show the places in line", exc_info=True)
 

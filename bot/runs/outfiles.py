@@ -1,12 +1,12 @@
 """Files out of the thread: which ``out/`` files a run wrote, for its announce.
 
-When a run starts, :func:`remember_out` keeps in its run hash the content hash of every
-file under ``out/`` in the session workspace (hashed inside Redis, no content moves). At
-finalize, :func:`announce_files` hashes ``out/`` again: a path that is new or holds other
-content was written during the run. Every writer counts (``write_file``, ``edit_file``, a
-sandboxed ``execute`` copying back), with no hook in any tool, and it works from a backup
-finalizer on another host. Runs of one session that overlap in time and write the same
-workspace can each see the other's ``out/`` files; a run that never started has no
+When a run starts, its start (:func:`out_snapshot`) keeps in its run hash the content hash
+of every file under ``out/`` in the session workspace (hashed inside Redis, no content
+moves). At finalize, :func:`announce_files` hashes ``out/`` again: a path that is new or
+holds other content was written during the run. Every writer counts (``write_file``,
+``edit_file``, a sandboxed ``execute`` copying back), with no hook in any tool, and it works
+from a backup finalizer on another host. Runs of one session that overlap in time and write
+the same workspace can each see the other's ``out/`` files; a run that never started has no
 snapshot and attaches nothing.
 """
 
@@ -17,6 +17,8 @@ import logging
 
 from bot.attachments import OUT_PREFIX, changed_paths, out_files
 from bot.deps import Deps
+from bot.store.runs import OutSnapshot
+from bot.store.workspace import below
 from bot.types import RunRecord
 
 log = logging.getLogger(__name__)
@@ -24,8 +26,14 @@ log = logging.getLogger(__name__)
 SNAPSHOT_FIELD = "out_before"
 
 
+def out_snapshot() -> OutSnapshot:
+    """What a run's start keeps of ``out/`` (:meth:`bot.store.runs.RunsRegistry.start`
+    takes it in the same script as the run's start)."""
+    return OutSnapshot(pattern=below(OUT_PREFIX), field=SNAPSHOT_FIELD)
+
+
 def remember_out(deps: Deps, record: RunRecord) -> None:
-    """Record ``out/`` as it is when ``record`` starts."""
+    """Record ``out/`` as it is now for ``record`` (a start does it itself)."""
     hashes = deps.workspace.hashes(record.session_key, OUT_PREFIX)
     deps.runs.update(record.run_id, **{SNAPSHOT_FIELD: json.dumps(hashes)})
 

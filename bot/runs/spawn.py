@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bot.clip import clip
 from bot.config import THINKING_LEVELS, Settings
 from bot.deps import Deps
 from bot.errors import SpawnRejected
@@ -34,6 +35,10 @@ from bot.types import Cleanup, ResultFormat, RunContext, RunRecord, ThreadRef
 
 KnownModels = Callable[[], frozenset[str] | None]
 """Asked only when a model is requested: the models the endpoint knows (None: unknown)."""
+
+
+# The spawning turn's message a forked run carries (a history message's default bound).
+FORK_MESSAGE_CHARS = 16_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +66,9 @@ class SpawnRequest:
         max_cost_usd: Requested USD limit of the run.
         notes: Warnings its announce carries from the start (a schedule that fired late).
         own_thread: Give it a thread of its own (:mod:`bot.runs.threads`).
+        fork_message: The spawning turn's own message, for a ``fork`` context.
+        run_id: A fixed id (a schedule's tick, so a retried firing is the same run);
+            "" = a new one.
     """
 
     task: str
@@ -83,6 +91,8 @@ class SpawnRequest:
     max_cost_usd: float | None = None
     notes: tuple[str, ...] = ()
     own_thread: bool = False
+    run_id: str = ""
+    fork_message: str = ""
 
 
 @tracing.traced("spawn")
@@ -101,10 +111,14 @@ def spawn_run(deps: Deps, request: SpawnRequest, *, known_models: KnownModels) -
     timeout_s, timeout_warnings = resolve_timeout(s, request.timeout_s)
     limits = spawn_limits(deps, sub_type, _budget_ask(request))
     record = _new_record(deps, request, type_name, model, thinking, warnings + timeout_warnings)
+    context = request.context or RunContext(sub_type.context)
     record = dataclasses.replace(
         record,
         timeout_s=timeout_s,
-        context=request.context or RunContext(sub_type.context),
+        context=context,
+        fork_message=clip(request.fork_message, FORK_MESSAGE_CHARS)
+        if context is RunContext.FORK
+        else "",
         result_format=ResultFormat.JSON if sub_type.output_schema else ResultFormat.TEXT,
         max_tokens=limits.tokens,
         max_cost_usd=limits.usd,
@@ -181,7 +195,7 @@ def _new_record(
     thinking: str,
     warnings: list[str],
 ) -> RunRecord:
-    run_id = uuid.uuid4().hex
+    run_id = request.run_id or uuid.uuid4().hex
     return RunRecord(
         run_id=run_id,
         seq=deps.runs.next_seq(request.session_key),

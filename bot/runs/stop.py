@@ -40,6 +40,11 @@ GIVE_UP_AFTER_SECONDS = 600
 """Stop re-sending hard stops for a run this long after it ended (the job is stuck elsewhere)."""
 
 
+CASCADE_GRACE_SECONDS = 10.0
+"""How long the maintenance sweep leaves a stopped run's children to the stop's cascade
+(which names the parent in their notes) before it stops them as orphans itself."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class StopResult:
     """What stopping one run did.
@@ -108,12 +113,24 @@ def stop_orphans(deps: Deps) -> list[RunRecord]:
         parent = deps.runs.get(record.parent_run_id)
         if parent is not None and not parent.status.terminal:
             continue
+        if parent is not None and _cascading(parent, now=time.time()):
+            continue  # the stop that ended it is stopping its children, with its own note
         why = parent.status.value if parent is not None else "gone"
         if stop_run(deps, record.run_id, by=f"fanbot (its parent ended: {why})").ended:
             stopped.append(record)
             if parent is None or parent.status is not RunStatus.STOPPED:
                 _tell_orphaned(deps, record, parent)
     return stopped
+
+
+def _cascading(parent: RunRecord, *, now: float) -> bool:
+    """``parent`` was stopped so recently that its stop is still stopping its children."""
+    ended = parent.ended_at
+    return (
+        parent.status is RunStatus.STOPPED
+        and ended is not None
+        and now - ended < CASCADE_GRACE_SECONDS
+    )
 
 
 def _tell_orphaned(deps: Deps, record: RunRecord, parent: RunRecord | None) -> None:

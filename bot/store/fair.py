@@ -83,6 +83,8 @@ local function admit()
       end
     end
     if run then
+      -- a resume holds its run's slot under the run's id: name the job that holds it
+      if run ~= job then redis.call('HSET', ARGV[6] .. run, 'resume_job', job) end
       redis.call('ZADD', KEYS[1], ARGV[3], run)
       redis.call('RPUSH', KEYS[4], job)
       redis.call('HSET', ARGV[7] .. job, 'status', 'queued', 'enqueued_at', ARGV[4])
@@ -121,7 +123,15 @@ local function join(run, session)
 end
 """
 
-_SUBMIT = _ADMIT + _JOIN + "join(ARGV[8], ARGV[9])\nreturn admit()\n"
+_SUBMIT = (
+    _ADMIT
+    + _JOIN
+    + """
+redis.call('HSET', KEYS[7], unpack(ARGV, 10))
+join(ARGV[8], ARGV[9])
+return admit()
+"""
+)
 
 _REJOIN = (
     _ADMIT
@@ -174,7 +184,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   holders[#holders + 1] = redis.call('HGET', ARGV[2] .. id, 'session_key') or ''
 end
 local ring = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
-local out = {holders, ring}
+local out = {holders, ring, redis.call('LRANGE', KEYS[3], 0, -1)}
 for i = 1, #ring, 2 do
   local live = {}  -- a run ended while waiting (and not withdrawn) is no longer in line
   for _, id in ipairs(redis.call('LRANGE', ARGV[1] .. ring[i], 0, -1)) do
@@ -194,11 +204,13 @@ class Line:
         held: Slots each session holds.
         served: Each waiting session's last-served tick (lower: served longer ago).
         waiting: Each waiting session's run ids, oldest first.
+        admitted: Job ids admitted and on RQ's queue, waiting for a free worker.
     """
 
     held: Mapping[str, int]
     served: Mapping[str, float]
     waiting: Mapping[str, Sequence[str]]
+    admitted: Sequence[str] = ()
 
 
 def next_session(line: Line, held: Mapping[str, int], cap: int | None) -> str | None:
@@ -290,16 +302,16 @@ class FairQueue:
         resumes: str = "",
     ) -> list[str]:
         """Save ``job`` (created with status :data:`HELD_STATUS`), put it in its session's
-        line and admit what fits, in one transaction (no process can die between them).
-        ``resumes``: the parked run a resume job (another id) continues; its slot is the
-        run's. Returns the run ids admitted."""
-        with self.redis.pipeline(transaction=True) as pipe:
-            job.save(pipeline=pipe)
-            if resumes:
-                pipe.hset(job.key, "fanbot_run", resumes)
-            args = [*self._args(max_concurrent, cap), job.id, session_key]
-            self._submit(keys=self._keys(), args=args, client=pipe)
-            *_, admitted = pipe.execute()
+        line and admit what fits, in one script (no process can die between them, and a
+        spawn waits for one round trip). ``resumes``: the parked run a resume job (another
+        id) continues; its slot is the run's. Returns the run ids admitted."""
+        fields = job.to_dict()  # what job.save() writes
+        if resumes:
+            fields["fanbot_run"] = resumes
+        args = [*self._args(max_concurrent, cap), job.id, session_key]
+        for name, value in fields.items():
+            args += [name, value]
+        admitted = self._submit(keys=[*self._keys(), job.key], args=args)
         return [as_text(i) for i in admitted]
 
     def admit(self, *, max_concurrent: int, cap: int | None) -> list[str]:
@@ -342,9 +354,9 @@ class FairQueue:
         return sum(len(runs) for runs in line.waiting.values())
 
     def line(self) -> Line:
-        """Who holds and who waits, read atomically."""
+        """Who holds and who waits, read atomically (one round trip)."""
         raw = self._snapshot(
-            keys=[self.keys.fair_slots, self.keys.fair_sessions],
+            keys=[self.keys.fair_slots, self.keys.fair_sessions, self.queue.key],
             args=[self.keys.fair_waiting(""), self.keys.run("")],
         )
         held: dict[str, int] = {}
@@ -353,5 +365,6 @@ class FairQueue:
         ring = [as_text(x) for x in raw[1]]
         sessions = ring[0::2]
         served = {s: float(t) for s, t in zip(sessions, ring[1::2], strict=True)}
-        waiting = {s: [as_text(i) for i in ids] for s, ids in zip(sessions, raw[2:], strict=True)}
-        return Line(held=held, served=served, waiting=waiting)
+        waiting = {s: [as_text(i) for i in ids] for s, ids in zip(sessions, raw[3:], strict=True)}
+        admitted = [as_text(i) for i in raw[2]]
+        return Line(held=held, served=served, waiting=waiting, admitted=admitted)

@@ -198,26 +198,7 @@ class Jobs:
     def enqueue_run(self, spec: RunJobSpec) -> list[str]:
         """Create a recorded run's job, held, in its session's line for a subagent slot
         (:mod:`bot.store.fair`), and admit what fits; returns the run ids admitted."""
-        queue = self.queue(SUBAGENTS_QUEUE)
-        job = queue.create_job(
-            RUN_JOB,
-            args=(spec.run_id,),
-            job_id=spec.run_id,
-            timeout=spec.timeout,
-            on_failure=Callback("workers.callbacks.subagent_failed"),
-            on_stopped=Callback("workers.callbacks.subagent_stopped"),
-            result_ttl=RESULT_TTL,
-            failure_ttl=FAILURE_TTL,
-            description=spec.description,
-            status=JobStatus(HELD_STATUS),
-        )
-        job.origin = queue.name
-        return self.fair.submit(
-            job,
-            session_key=spec.session_key,
-            max_concurrent=spec.max_concurrent,
-            cap=spec.per_session,
-        )
+        return self._submit_held(spec, RUN_JOB, (spec.run_id,), job_id=spec.run_id)
 
     def enqueue_resume(
         self, spec: RunJobSpec, *, job_id: str, join_id: str = "", approval_id: str = ""
@@ -226,10 +207,23 @@ class Jobs:
         job ``job_id`` waits in the run's session line for a subagent slot like a new run
         (:mod:`bot.store.fair`); returns the run ids admitted."""
         extra = (approval_id,) if approval_id else ()
+        args = (spec.run_id, join_id, *extra)
+        return self._submit_held(spec, RESUME_JOB, args, job_id=job_id, resumes=spec.run_id)
+
+    def _submit_held(
+        self,
+        spec: RunJobSpec,
+        func: str,
+        args: tuple[str, ...],
+        *,
+        job_id: str,
+        resumes: str = "",
+    ) -> list[str]:
+        """A subagent job created held (no queue) and put in its session's fair line."""
         queue = self.queue(SUBAGENTS_QUEUE)
         job = queue.create_job(
-            RESUME_JOB,
-            args=(spec.run_id, join_id, *extra),
+            func,
+            args=args,
             job_id=job_id,
             timeout=spec.timeout,
             on_failure=Callback("workers.callbacks.subagent_failed"),
@@ -245,7 +239,7 @@ class Jobs:
             session_key=spec.session_key,
             max_concurrent=spec.max_concurrent,
             cap=spec.per_session,
-            resumes=spec.run_id,
+            resumes=resumes,
         )
 
     def exists(self, job_id: str) -> bool:
@@ -324,8 +318,8 @@ class Jobs:
         """Job ids of the runs waiting to start, in the order they will start: those on the
         ``subagents`` queue (waiting for a free worker), then those waiting for a slot in
         the fair order (:func:`bot.store.fair.line_order`)."""
-        waiting = line_order(self.fair.line(), self.per_session)
-        return [*self.queue(SUBAGENTS_QUEUE).job_ids, *waiting]
+        line = self.fair.line()
+        return [*line.admitted, *line_order(line, self.per_session)]
 
     def turns_in_flight(self, session_key: str) -> int:
         """Turns of ``session_key`` executing or waiting for their lane."""

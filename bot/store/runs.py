@@ -20,10 +20,19 @@ import redis
 from bot.keys import Keys, glob_escape
 from bot.store import as_text
 from bot.store.joins import FIRE_LUA, JOIN_TTL_SECONDS
+from bot.store.progress import PROGRESS_MAXLEN
 from bot.store.run_codec import decode_record, encode_record
+from bot.store.workspace import HASHES_LUA
 from bot.types import Outbound, RunRecord, RunStatus
 
-__all__ = ["Finalization", "RunsRegistry", "decode_record", "encode_record"]
+__all__ = [
+    "Finalization",
+    "OutSnapshot",
+    "RunStart",
+    "RunsRegistry",
+    "decode_record",
+    "encode_record",
+]
 
 _FINALIZE = (
     FIRE_LUA
@@ -83,24 +92,74 @@ redis.call('SADD', KEYS[4], ARGV[1])
 return joined
 """
 
-_MARK_RESUMED = """
-local parked = redis.call('HGET', KEYS[1], 'parked_at')
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' or not parked or parked == '' then
-  return 0
+_START = (
+    HASHES_LUA
+    + """
+local record = redis.call('HGETALL', KEYS[1])
+local status = redis.call('HGET', KEYS[1], 'status')
+local started = 0
+if ARGV[3] == '1' then
+  local parked = redis.call('HGET', KEYS[1], 'parked_at')
+  if status == 'running' and parked and parked ~= '' then
+    redis.call('HSET', KEYS[1], 'parked_at', '')
+    started = 1
+  end
+elseif status == 'queued' then
+  redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1])
+  started = 1
 end
-redis.call('HSET', KEYS[1], 'parked_at', '')
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return 1
+if started == 1 then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  if ARGV[6] ~= '' then
+    local session = redis.call('HGET', KEYS[1], 'session_key') or ''
+    local flat = file_hashes(ARGV[4] .. session, ARGV[5])
+    local snapshot = {}
+    for i = 1, #flat, 2 do snapshot[flat[i]] = flat[i + 1] end
+    redis.call('HSET', KEYS[1], ARGV[6], cjson.encode(snapshot))
+  end
+  if ARGV[7] ~= '' then
+    local thread = redis.call('HGET', KEYS[1], 'thread') or ''
+    redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[9], '*', 'run_id', ARGV[8],
+      'thread', thread, 'text', ARGV[7], 'final', '', 'ts', ARGV[1])
+  end
+end
+return {started, redis.call('EXISTS', KEYS[3]), record, redis.call('LLEN', KEYS[4])}
 """
+)
+"""KEYS: the run hash, its heartbeat, stop flag and inbox; the progress stream. ARGV: now,
+heartbeat ttl (ms), '1' to resume, the workspace key prefix, the snapshot's SCAN pattern
+and hash field ('' = none), the progress text ('' = none), the run id, the stream's MAXLEN.
+Returns ``{started, stop flag set, the hash as it was, inbox length}``."""
 
-_MARK_RUNNING = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
+
+@dataclass(frozen=True, kw_only=True)
+class OutSnapshot:
+    """Files of the run's session workspace to snapshot into its hash when it starts.
+
+    Attributes:
+        pattern: SCAN pattern of the files (:func:`bot.store.workspace.below`).
+        field: The run-hash field that keeps ``{path: sha1}`` as JSON.
+    """
+
+    pattern: str
+    field: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStart:
+    """What :meth:`RunsRegistry.start` found and did, in its one round trip.
+
+    Attributes:
+        record: The run as it was just before (None: there is no such run).
+        started: This call moved it to executing (queued -> running, or parked -> resumed).
+        stop_requested: Its stop flag was set.
+        inbox: Messages waiting in its inbox (left there).
+    """
+
+    record: RunRecord | None
+    started: bool
+    stop_requested: bool = False
+    inbox: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,9 +200,8 @@ class RunsRegistry:
         self.keys = keys
         self.history_max = history_max
         self._finalize = redis.register_script(_FINALIZE)
-        self._mark_running = redis.register_script(_MARK_RUNNING)
         self._create_joined = redis.register_script(_CREATE_JOINED)
-        self._mark_resumed = redis.register_script(_MARK_RESUMED)
+        self._start = redis.register_script(_START)
 
     def next_seq(self, session_key: str) -> int:
         return int(self.redis.incr(self.keys.session_seq(session_key)))
@@ -237,8 +295,10 @@ class RunsRegistry:
                 pipe.hget(self.keys.run(run_id), "status")
             return [as_text(s) for s in pipe.execute() if s is not None]
 
-    def update(self, run_id: str, **values: str | int | float) -> None:
-        self.redis.hset(self.keys.run(run_id), mapping={k: str(v) for k, v in values.items()})
+    def update(self, run_id: str, *, client: Any = None, **values: str | int | float) -> None:
+        """Set fields of the run's hash (``client``: a pipeline to queue the write on)."""
+        target = self.redis if client is None else client
+        target.hset(self.keys.run(run_id), mapping={k: str(v) for k, v in values.items()})
 
     def field(self, run_id: str, name: str) -> str | None:
         """One field of the run's hash that :class:`RunRecord` does not carry (or None)."""
@@ -247,9 +307,48 @@ class RunsRegistry:
 
     def mark_running(self, run_id: str, *, heartbeat_ttl: float) -> bool:
         """queued -> running (with a first heartbeat); False if the run is not queued."""
+        return self.start(run_id, heartbeat_ttl=heartbeat_ttl).started
+
+    def start(
+        self,
+        run_id: str,
+        *,
+        heartbeat_ttl: float,
+        resume: bool = False,
+        snapshot: OutSnapshot | None = None,
+        progress: str = "",
+    ) -> RunStart:
+        """A job starts executing ``run_id``, in one script (its first model request waits
+        for this): queued -> running, or a parked run resumed (``resume``), with a first
+        heartbeat; only then the ``snapshot`` of its workspace and a ``progress`` event.
+        Reads the run, its stop flag and how many messages wait in its inbox too."""
         now = time.time()
-        keys = [self.keys.run(run_id), self.keys.heartbeat(run_id)]
-        return bool(self._mark_running(keys=keys, args=[now, int(heartbeat_ttl * 1000)]))
+        keys = [
+            self.keys.run(run_id),
+            self.keys.heartbeat(run_id),
+            self.keys.stop_flag(run_id),
+            self.keys.inbox(run_id),
+            self.keys.progress,
+        ]
+        args: list[str | float | int] = [
+            repr(now),
+            int(heartbeat_ttl * 1000),
+            "1" if resume else "",
+            self.keys.workspace(""),
+            snapshot.pattern if snapshot else "",
+            snapshot.field if snapshot else "",
+            progress,
+            run_id,
+            PROGRESS_MAXLEN,
+        ]
+        started, stop, flat, inbox = self._start(keys=keys, args=args)
+        raw = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        return RunStart(
+            record=decode_record(raw) if raw else None,
+            started=bool(started),
+            stop_requested=bool(stop),
+            inbox=int(inbox),
+        )
 
     def park(self, run_id: str, *, rounds: int, **values: str | int | float) -> None:
         """The run waits for its children with no job: no heartbeat is expected."""
@@ -262,8 +361,7 @@ class RunsRegistry:
 
     def mark_resumed(self, run_id: str, *, heartbeat_ttl: float) -> bool:
         """parked -> executing again (with a first heartbeat); False unless it is parked."""
-        keys = [self.keys.run(run_id), self.keys.heartbeat(run_id)]
-        return bool(self._mark_resumed(keys=keys, args=[time.time(), int(heartbeat_ttl * 1000)]))
+        return self.start(run_id, heartbeat_ttl=heartbeat_ttl, resume=True).started
 
     def beat(self, run_id: str, *, ttl: float) -> None:
         self.redis.set(self.keys.heartbeat(run_id), time.time(), px=int(ttl * 1000))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -15,6 +16,14 @@ import redis
 from bot.clip import clip
 from bot.keys import Keys, glob_escape
 from bot.store import as_text
+
+_BEGIN = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('LRANGE', KEYS[1], 0, -1)
+end
+redis.call('RPUSH', KEYS[1], unpack(ARGV))
+return {}
+"""
 
 
 class TranscriptStore:
@@ -24,15 +33,34 @@ class TranscriptStore:
         self.redis = redis
         self.keys = keys
         self.max_chars = max_chars
+        self._begin = redis.register_script(_BEGIN)
+
+    def begin(self, session_id: str, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Start a new transcript with ``messages``, or return the one there already (a
+        follow-up continues it; nothing is written then), in one round trip."""
+        if not messages:
+            return self.read(session_id)
+        entries = [json.dumps(self._entry(m)) for m in messages]
+        raw = self._begin(keys=[self.keys.transcript(session_id)], args=entries)
+        return [json.loads(item) for item in raw]
 
     def append(self, session_id: str, message: dict[str, Any]) -> None:
+        self.extend(session_id, [message])
+
+    def extend(self, session_id: str, messages: Sequence[dict[str, Any]]) -> None:
+        """Append ``messages`` in order, in one round trip."""
+        if messages:
+            entries = [json.dumps(self._entry(m)) for m in messages]
+            self.redis.rpush(self.keys.transcript(session_id), *entries)
+
+    def _entry(self, message: dict[str, Any]) -> dict[str, Any]:
         entry = {**message, "ts": round(time.time(), 3)}
         content = entry.get("content")
         if isinstance(content, str) and len(content) > self.max_chars:
             entry["content"] = clip(content, self.max_chars)
         if entry.get("tool_calls"):
             entry["tool_calls"] = [self._bounded_call(c) for c in entry["tool_calls"]]
-        self.redis.rpush(self.keys.transcript(session_id), json.dumps(entry))
+        return entry
 
     def _bounded_call(self, call: Any) -> Any:
         function = call.get("function") if isinstance(call, dict) else None

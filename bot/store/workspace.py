@@ -85,19 +85,25 @@ redis.call('HINCRBY', KEYS[1], '#files', -1)
 return 1
 """
 
-# ARGV: the SCAN pattern. Returns path, sha1, path, sha1... (no content leaves Redis).
-_HASHES = """
-local out, cursor = {}, '0'
-repeat
-  local page = redis.call('HSCAN', KEYS[1], cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
-  for i = 1, #page[2], 2 do
-    table.insert(out, page[2][i])
-    table.insert(out, redis.sha1hex(page[2][i + 1]))
-  end
-  cursor = page[1]
-until cursor == '0'
-return out
+HASHES_LUA = """
+local function file_hashes(key, pattern)
+  local out, cursor = {}, '0'
+  repeat
+    local page = redis.call('HSCAN', key, cursor, 'MATCH', pattern, 'COUNT', 1000)
+    for i = 1, #page[2], 2 do
+      table.insert(out, page[2][i])
+      table.insert(out, redis.sha1hex(page[2][i + 1]))
+    end
+    cursor = page[1]
+  until cursor == '0'
+  return out
+end
 """
+"""``file_hashes(key, pattern)``: path, sha1, path, sha1... of the files of the workspace
+hash ``key`` matching the SCAN ``pattern`` (no content leaves Redis); for scripts of other
+owners that snapshot a workspace in their own transaction (a run's start)."""
+
+_HASHES = HASHES_LUA + "return file_hashes(KEYS[1], ARGV[1])\n"
 
 
 class WorkspaceError(ToolError):
@@ -114,6 +120,11 @@ class FileExists(WorkspaceError):
 
 class FileChanged(WorkspaceError):
     """A compare-and-set found other content than it was to replace."""
+
+
+def below(directory: str) -> str:
+    """The SCAN pattern of the files below ``directory`` (see :data:`HASHES_LUA`)."""
+    return glob_escape(normalize_path(directory, directory=True).rstrip("/")) + "/*"
 
 
 def normalize_path(path: str, *, directory: bool = False) -> str:
@@ -261,8 +272,7 @@ class Workspace:
 
     def hashes(self, session: str, directory: str) -> dict[str, str]:
         """Path -> :func:`content_hash` of every file below ``directory`` (hashed in Redis)."""
-        pattern = glob_escape(normalize_path(directory, directory=True).rstrip("/")) + "/*"
-        flat = self._hashes(keys=[self.keys.workspace(session)], args=[pattern])
+        flat = self._hashes(keys=[self.keys.workspace(session)], args=[below(directory)])
         return {as_text(flat[i]): as_text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
     def sizes(self, session: str, paths: list[str]) -> list[int]:

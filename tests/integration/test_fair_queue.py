@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 import redis
@@ -12,8 +15,10 @@ from rq.serializers import JSONSerializer
 
 from bot.config import Settings
 from bot.deps import Deps
+from bot.runs.approvals import resume
 from bot.runs.finalize import finalize_run
 from bot.runs.stop import stop_run
+from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.store.runs import Finalization
 from bot.types import RunRecord, RunStatus, ThreadRef
@@ -218,3 +223,48 @@ def test_the_sweep_puts_back_in_line_a_run_whose_line_was_lost(deps: Deps) -> No
     done = repair_jobs(deps, now=a[-1].created_at + grace + 1)
     assert done.rejoined == [a[2].run_id]
     assert deps.jobs.subagent_line()[-1] == a[2].job_id
+
+
+def test_the_sweep_leaves_the_slot_of_an_admitted_resume_job_alone(deps: Deps) -> None:
+    """A parked run's resume job was admitted (it holds the run's slot under the run's id)
+    and waits for a worker: the repair must not free that slot as the finished first job's."""
+    run = spawn_run(deps, thread=A, task="t")
+    deps.jobs.queue(SUBAGENTS_QUEUE).remove(run.job_id)  # a worker took it ...
+    Job.fetch(run.job_id, connection=deps.redis, serializer=JSONSerializer).set_status(
+        JobStatus.FINISHED
+    )  # ... and parked it for an approval
+    deps.runs.update(run.run_id, status="running")
+    deps.runs.park(run.run_id, rounds=0, approval_id="ab12cd34")
+    assert deps.jobs.fair.release(run.run_id)
+    resume(deps, cast(ApprovalRecord, SimpleNamespace(run_id=run.run_id, approval_id="ab12cd34")))
+    assert queued(deps) == ["approval-ab12cd34"]
+    stored = deps.runs.get(run.run_id)
+    assert stored is not None and stored.resume_job == "approval-ab12cd34"
+    now = time.time()
+    assert repair_jobs(deps, now=now).released == []
+    assert repair_jobs(deps, now=now + 60).released == []
+    assert deps.jobs.fair.holders() == [run.run_id]
+    # Once the resume job has run and the run parked again, the slot is free to go.
+    Job.fetch("approval-ab12cd34", connection=deps.redis, serializer=JSONSerializer).set_status(
+        JobStatus.FINISHED
+    )
+    assert repair_jobs(deps, now=now + 120).released == [run.run_id]
+
+
+def test_the_sweep_requeues_a_resume_job_a_dead_worker_dropped(deps: Deps) -> None:
+    run = spawn_run(deps, thread=A, task="t")
+    deps.jobs.queue(SUBAGENTS_QUEUE).remove(run.job_id)
+    Job.fetch(run.job_id, connection=deps.redis, serializer=JSONSerializer).set_status(
+        JobStatus.FINISHED
+    )
+    deps.runs.update(run.run_id, status="running")
+    deps.runs.park(run.run_id, rounds=0, approval_id="ab12cd34")
+    assert deps.jobs.fair.release(run.run_id)
+    resume(deps, cast(ApprovalRecord, SimpleNamespace(run_id=run.run_id, approval_id="ab12cd34")))
+    deps.jobs.queue(SUBAGENTS_QUEUE).remove("approval-ab12cd34")  # popped by a worker that died
+    grace = deps.settings.subagents.stale_after_seconds
+    now = time.time()
+    assert repair_jobs(deps, now=now).requeued == []  # a live worker may still start it
+    assert repair_jobs(deps, now=now + grace + 1).requeued == ["approval-ab12cd34"]
+    assert queued(deps) == ["approval-ab12cd34"]
+    assert deps.jobs.fair.holders() == [run.run_id]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from bot.agent.context import ToolContext
@@ -9,7 +11,7 @@ from bot.agent.spawn import SpawnArgs, spawn
 from bot.errors import SpawnRejected
 from bot.runs.finalize import finalize_run
 from bot.runs.join import may_nest, plan_run_join
-from bot.runs.stop import stop_orphans, stop_run
+from bot.runs.stop import CASCADE_GRACE_SECONDS, stop_orphans, stop_run
 from bot.types import RunStatus
 from tests.integration.test_finalize import deps_for, make_run
 
@@ -50,6 +52,22 @@ def test_a_stopped_parent_stops_its_descendants_without_a_notice(redis_url: str)
     assert set(statuses.values()) == {RunStatus.STOPPED}
     texts = outbox_texts(deps)
     assert len(texts) == 1 and "Subagent #1" in texts[0]  # only the root announces
+
+
+def test_the_sweep_leaves_a_just_stopped_parents_children_to_its_cascade(
+    redis_url: str,
+) -> None:
+    deps = deps_for(redis_url, subagent_types=[LEAD], subagents={"max_spawn_depth": 3})
+    make_run(deps, "p", seq=1, subagent_type="lead", status=RunStatus.RUNNING)
+    make_run(deps, "k", seq=2, parent_run_id="p", root_run_id="p", depth=2)
+    # The stop has ended the parent and not yet reached its child (another process).
+    finalize_run(deps, "p", status=RunStatus.STOPPED, notes="stopped by slack:U1")
+    assert stop_orphans(deps) == []
+    kid = deps.runs.get("k")
+    assert kid is not None and not kid.status.terminal
+    # A cascade that never came (its process died): the sweep stops it after the grace.
+    deps.runs.update("p", ended_at=time.time() - CASCADE_GRACE_SECONDS - 1)
+    assert [r.run_id for r in stop_orphans(deps)] == ["k"]
 
 
 def test_only_orchestrators_below_the_depth_limit_may_spawn(redis_url: str) -> None:

@@ -343,12 +343,17 @@ class RunRecord:
     """The approval it is (or was last) parked for; "" when it parked for its children."""
     rounds: int = 0
     """Fan-in rounds of its own children it has been through."""
+    resume_job: str = ""
+    """The job admitted to resume it while parked ("" = none yet): it holds the run's slot."""
     join_id: str = ""
     """The fan-in this run belongs to ("" = none): when all its runs end, the main agent
     gets one continuation turn (:mod:`bot.runs.join`)."""
     traceparent: str = ""
     """W3C trace context of the spawn ("" without tracing): the run's job continues it."""
     context: RunContext = RunContext.ISOLATED
+    fork_message: str = ""
+    """For ``context: fork``: the spawning turn's own message (the history holds it only
+    once that turn has ended), bounded; "" otherwise."""
     result_format: ResultFormat = ResultFormat.TEXT
     max_tokens: int | None = None
     """The run's token limit (prompt + completion; None: none of its own)."""

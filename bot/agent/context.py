@@ -27,6 +27,8 @@ class ToolContext:
         spawned: Run ids spawned during this turn (bounded per turn).
         join: The fan-in this turn's spawns wait in (None: no continuation will follow).
         chain_exhausted: Fan-in is on but this turn is the last round of its chain.
+        turn_message: The message this turn answers, as the model sees it ("" for a
+            subagent): a forked run sees it before the turn has written it to the history.
     """
 
     deps: Deps
@@ -40,6 +42,7 @@ class ToolContext:
     spawned: list[str] = field(default_factory=list)
     join: JoinPlan | None = None
     chain_exhausted: bool = False
+    turn_message: str = ""
 
     @property
     def workspace(self) -> str:

@@ -125,6 +125,7 @@ def spawn(ctx: ToolContext, args: SpawnArgs) -> dict[str, object]:
         max_tokens=args.maxTokens,
         max_cost_usd=args.maxCostUsd,
         own_thread=args.thread and parent is None,  # a nested child reports to its parent
+        fork_message=ctx.turn_message,
     )
     record = spawn_run(ctx.deps, request, known_models=ctx.known_models)
     ctx.spawned.append(record.run_id)

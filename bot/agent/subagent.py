@@ -2,9 +2,10 @@
 
 Fresh context: the type's system prompt plus the task as the only user message. A forked
 run (``context: fork``) first sees the requester session's recent history as it stands when
-the run starts: its last :data:`FORK_MAX_MESSAGES` user and assistant messages, at most
-:data:`FORK_MAX_CHARS` characters together (newest kept). A follow-up (same child session)
-continues its transcript instead.
+the run starts, plus the spawning turn's own message if the history lacks it yet: its last
+:data:`FORK_MAX_MESSAGES` user and assistant messages, at most :data:`FORK_MAX_CHARS`
+characters together (newest kept). A follow-up (same child session) continues its
+transcript instead.
 
 A type with an ``output_schema`` must answer with matching JSON (:mod:`bot.agent.structured`):
 one correction turn when it does not, then the run fails with the raw answer as its result.
@@ -226,21 +227,18 @@ def start_messages(deps: Deps, record: RunRecord, *, system: str | None) -> list
     (if any), the forked history (``context: fork``), the task; a follow-up continues its
     child session's transcript instead."""
     transcripts = deps.transcripts
-    prior = transcripts.read(record.session_id)
-    if prior:  # a follow-up: the child session goes on
-        messages = continuation(prior, record.task)
-        transcripts.append(record.session_id, messages[-1])
-        return messages
     messages = [{"role": "system", "content": system}] if system else []
     task = record.task
     if record.context is RunContext.FORK:
-        forked = fork_messages(deps.history.load(record.session_key))
+        forked = fork_messages(with_turn(deps.history.load(record.session_key), record))
         messages += forked
         if forked:
             task = FORK_TASK.format(task=task)
     messages.append({"role": "user", "content": task})
-    for message in messages:
-        transcripts.append(record.session_id, message)
+    prior = transcripts.begin(record.session_id, messages)  # one round trip either way
+    if prior:  # a follow-up: the child session goes on
+        messages = continuation(prior, record.task)
+        transcripts.append(record.session_id, messages[-1])
     return messages
 
 
@@ -248,6 +246,15 @@ FORK_TASK = (
     "The messages above are the conversation you were started from, for context only "
     "(you cannot reply to it). Your task:\n{task}"
 )
+
+
+def with_turn(history: list[Message], record: RunRecord) -> list[Message]:
+    """``history`` plus the spawning turn's own message, unless the history has it already
+    (the turn ended before the run started)."""
+    turn = record.fork_message
+    if not turn or any(m.get("role") == "user" and m.get("content") == turn for m in history):
+        return history
+    return [*history, {"role": "user", "content": turn}]
 
 
 def fork_messages(

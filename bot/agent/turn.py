@@ -88,6 +88,7 @@ def execute_turn(deps: Deps, model: ChatModel, job: TurnJob) -> str:
         model=model,
         join=plan,
         chain_exhausted=chain_exhausted(deps.settings, job),
+        turn_message=str(user_message.get("content") or "") if job.kind == "message" else "",
     )
     deps.stops.clear_turn_stop(job.session_key)
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 
 from bot.deps import Deps
@@ -98,7 +99,8 @@ def _same_chat(a: ThreadRef, b: ThreadRef) -> bool:
 
 
 def fire_due(deps: Deps, *, now: float | None = None) -> list[str]:
-    """Fire every schedule whose tick has come and this caller claims; returns run ids."""
+    """Fire every schedule whose tick has come and this caller claims, then every tick a
+    sweep fired but never finished (its process died); returns the run ids started."""
     now = time.time() if now is None else now
     store = schedule_store(deps)
     late_after = deps.settings.schedules.late_after_seconds
@@ -112,19 +114,39 @@ def fire_due(deps: Deps, *, now: float | None = None) -> list[str]:
             anchor=schedule.created_at,
             late_after=late_after,
         )
-        if not store.claim(schedule, next_at=firing.next_at, now=now):
-            continue  # another worker fired this tick
         note = firing.late_note()
+        if not store.claim(schedule, next_at=firing.next_at, now=now, note=note):
+            continue  # another worker fired this tick
         if note:
             log.warning("schedule #%s %s", schedule.schedule_id, note)
-        run_id = _start(deps, schedule, note)
-        if run_id:
-            store.note_run(schedule.schedule_id, run_id)
-            started.append(run_id)
+        started += _fire(deps, store, schedule, schedule.next_at, note)
+    for schedule in store.unfinished(now=now, older_than=UNFINISHED_AFTER_SECONDS):
+        if store.retake(schedule, now=now):
+            log.warning("schedule #%s: starting the run of a firing that did not finish",
+                        schedule.schedule_id)  # fmt: skip
+            started += _fire(deps, store, schedule, schedule.pending, schedule.pending_note)
     return started
 
 
-def _start(deps: Deps, schedule: Schedule, note: str) -> str:
+# A firing's process has this long to record its run before another sweep takes it over
+# (a spawn takes milliseconds; a sweep runs every few seconds).
+UNFINISHED_AFTER_SECONDS = 60.0
+
+
+def tick_run_id(schedule_id: str, tick: str) -> str:
+    """The run id of one tick of one schedule: the same however often it is retried."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"fanbot:schedule:{schedule_id}:{tick}").hex
+
+
+def _fire(deps: Deps, store: ScheduleStore, schedule: Schedule, tick: str, note: str) -> list[str]:
+    run_id = tick_run_id(schedule.schedule_id, tick)
+    if deps.runs.get(run_id) is None:  # else an earlier try recorded it and then died
+        run_id = _start(deps, schedule, note, run_id=run_id, tick=tick)
+    store.done(schedule.schedule_id, tick, run_id)
+    return [run_id] if run_id else []
+
+
+def _start(deps: Deps, schedule: Schedule, note: str, *, run_id: str, tick: str) -> str:
     request = SpawnRequest(
         task=schedule.task,
         session_key=schedule.session_key,
@@ -133,20 +155,23 @@ def _start(deps: Deps, schedule: Schedule, note: str) -> str:
         agent_id=schedule.agent_id,
         subagent_type=schedule.subagent_type or None,
         notes=(f"schedule #{schedule.schedule_id} {note}",) if note else (),
+        run_id=run_id,
     )
     try:
         return spawn_run(deps, request, known_models=lambda: None).run_id
     except FanbotError as exc:  # a type removed, a budget spent: say so where it was made
         log.warning("schedule #%s did not start: %s", schedule.schedule_id, exc)
-        _tell(deps, schedule, f"⏰ Schedule #{schedule.schedule_id} did not start a run: {exc}")
+        _tell(
+            deps, schedule, tick, f"⏰ Schedule #{schedule.schedule_id} did not start a run: {exc}"
+        )
         return ""
 
 
-def _tell(deps: Deps, schedule: Schedule, text: str) -> None:
+def _tell(deps: Deps, schedule: Schedule, tick: str, text: str) -> None:
     notice = Outbound(
         thread=schedule.thread,
         text=text,
         kind=OutboundKind.REPLY,
-        idempotency_key=f"schedule:{schedule.schedule_id}:{schedule.next_at}",
+        idempotency_key=f"schedule:{schedule.schedule_id}:{tick}",
     )
     put_outbound(deps.redis, deps.keys, notice)

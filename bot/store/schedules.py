@@ -23,23 +23,41 @@ from bot.keys import Keys
 from bot.store import as_text
 from bot.types import ThreadRef
 
-# KEYS: the schedule hash, the zset. ARGV: id, the next_at read, the new next_at, now.
-# The tick read must still be the stored one AND be due: a caller that read the schedule
-# after another claimed it sees the next tick, which is not its to fire yet.
+# KEYS: the schedule hash, the zset. ARGV: id, the next_at read, the new next_at, now, the
+# firing's note. The tick read must still be the stored one AND be due: a caller that read
+# the schedule after another claimed it sees the next tick, which is not its to fire yet.
+# The fired tick stays ``pending`` until its run is recorded (see :meth:`ScheduleStore.done`).
 _CLAIM = """
 local cur = redis.call('HGET', KEYS[1], 'next_at')
 if not cur or cur ~= ARGV[2] or tonumber(cur) > tonumber(ARGV[4]) then
   return 0
 end
-redis.call('HSET', KEYS[1], 'next_at', ARGV[3], 'last_fired_at', ARGV[4])
+redis.call('HSET', KEYS[1], 'next_at', ARGV[3], 'last_fired_at', ARGV[4],
+  'pending', ARGV[2], 'pending_since', ARGV[4], 'pending_note', ARGV[5])
 redis.call('HINCRBY', KEYS[1], 'fired', 1)
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 return 1
 """
 
-_NOTE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'last_run_id', ARGV[1]) end
-return 0
+# KEYS: the schedule hash. ARGV: the pending tick, the pending_since read, now.
+# A pending tick nobody finished is taken over by exactly one sweep.
+_RETAKE = """
+if redis.call('HGET', KEYS[1], 'pending') ~= ARGV[1]
+   or redis.call('HGET', KEYS[1], 'pending_since') ~= ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'pending_since', ARGV[3])
+return 1
+"""
+
+# KEYS: the schedule hash. ARGV: the tick, the run it started ("" = none).
+_DONE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'last_run_id', ARGV[2]) end
+if redis.call('HGET', KEYS[1], 'pending') == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'pending', 'pending_since', 'pending_note')
+end
+return 1
 """
 
 
@@ -66,6 +84,10 @@ class Schedule:
         fired: How many times it fired.
         last_fired_at: When it last fired.
         last_run_id: The run it last started.
+        pending: A fired tick whose run is not recorded yet ("" = none): the firing
+            process may have died in between, so a later sweep starts it (once).
+        pending_since: When that firing (or its last retry) began.
+        pending_note: That firing's note (lateness).
     """
 
     schedule_id: str
@@ -81,6 +103,9 @@ class Schedule:
     fired: int = 0
     last_fired_at: float | None = None
     last_run_id: str = ""
+    pending: str = ""
+    pending_since: float = 0.0
+    pending_note: str = ""
 
     @property
     def next_time(self) -> float:
@@ -120,6 +145,9 @@ def _decode(raw: Mapping[Any, Any]) -> Schedule | None:
             fired=int(f.get("fired", "0")),
             last_fired_at=float(f["last_fired_at"]) if f.get("last_fired_at") else None,
             last_run_id=f.get("last_run_id", ""),
+            pending=f.get("pending", ""),
+            pending_since=float(f.get("pending_since") or 0),
+            pending_note=f.get("pending_note", ""),
         )
     except (KeyError, ValueError, TypeError):
         return None
@@ -137,7 +165,8 @@ class ScheduleStore:
         self.redis = redis
         self.keys = keys
         self._claim = redis.register_script(_CLAIM)
-        self._note = redis.register_script(_NOTE)
+        self._retake = redis.register_script(_RETAKE)
+        self._done = redis.register_script(_DONE)
 
     def add(
         self,
@@ -195,15 +224,29 @@ class ScheduleStore:
             gone, _ = pipe.execute()
         return bool(gone)
 
-    def claim(self, schedule: Schedule, *, next_at: float, now: float) -> bool:
-        """Fire ``schedule``'s tick: True for exactly one caller per tick read."""
+    def claim(self, schedule: Schedule, *, next_at: float, now: float, note: str = "") -> bool:
+        """Fire ``schedule``'s tick: True for exactly one caller per tick read. The tick
+        stays pending until :meth:`done`."""
         return bool(
             self._claim(
                 keys=[self.keys.schedule(schedule.schedule_id), self.keys.schedules],
-                args=[schedule.schedule_id, schedule.next_at, stamp(next_at), stamp(now)],
+                args=[schedule.schedule_id, schedule.next_at, stamp(next_at), stamp(now), note],
             )
         )
 
-    def note_run(self, schedule_id: str, run_id: str) -> None:
-        """Remember the run a firing started (only while the schedule exists)."""
-        self._note(keys=[self.keys.schedule(schedule_id)], args=[run_id])
+    def unfinished(self, *, now: float, older_than: float) -> list[Schedule]:
+        """Schedules with a tick fired at least ``older_than`` seconds ago and no run yet."""
+        return [s for s in self.all() if s.pending and s.pending_since <= now - older_than]
+
+    def retake(self, schedule: Schedule, *, now: float) -> bool:
+        """Take over ``schedule``'s pending tick: True for exactly one caller."""
+        return bool(
+            self._retake(
+                keys=[self.keys.schedule(schedule.schedule_id)],
+                args=[schedule.pending, stamp(schedule.pending_since), stamp(now)],
+            )
+        )
+
+    def done(self, schedule_id: str, tick: str, run_id: str = "") -> None:
+        """``tick`` has its run (``run_id``; "" when it could not start and was told)."""
+        self._done(keys=[self.keys.schedule(schedule_id)], args=[tick, run_id])

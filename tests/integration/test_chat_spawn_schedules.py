@@ -12,7 +12,15 @@ import redis
 from bot.config import Settings
 from bot.deps import Deps
 from bot.runs.schedule_spec import Every
-from bot.runs.schedules import NewSchedule, add_schedule, fire_due, schedule_store
+from bot.runs.schedules import (
+    UNFINISHED_AFTER_SECONDS,
+    NewSchedule,
+    add_schedule,
+    fire_due,
+    schedule_store,
+    tick_run_id,
+)
+from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.store.schedules import ScheduleStore
 from bot.types import RunStatus, ThreadRef
 from tests.integration.test_control_redis import THREAD, command, session_of
@@ -196,6 +204,48 @@ def test_missed_ticks_fire_once_and_say_late(deps: Deps) -> None:
     )
     (schedule,) = schedule_store(deps).all()
     assert schedule.fired == 1 and schedule.next_time == 8320.0 and schedule.last_run_id == run_id
+
+
+def test_a_firing_whose_process_died_before_the_run_starts_it_once_later(deps: Deps) -> None:
+    _add(deps, seconds=600, now=1000.0)
+    store = schedule_store(deps)
+    (due,) = store.due(now=1601.0)
+    assert store.claim(due, next_at=2200.0, now=1601.0)  # ... and the sweeper dies here
+    assert fire_due(deps, now=1602.0) == []  # too soon to call it dead
+    (run_id,) = fire_due(deps, now=1601.0 + UNFINISHED_AFTER_SECONDS)
+    assert run_id == tick_run_id(due.schedule_id, due.next_at)
+    assert fire_due(deps, now=2199.0) == []  # once
+    (schedule,) = store.all()
+    assert schedule.pending == "" and schedule.last_run_id == run_id
+    assert [r.run_id for r in deps.runs.session_runs(session_of(THREAD))] == [run_id]
+
+
+def test_a_firing_that_died_after_recording_its_run_is_not_run_twice(deps: Deps) -> None:
+    _add(deps, seconds=600, now=1000.0)
+    store = schedule_store(deps)
+    (due,) = store.due(now=1601.0)
+    assert store.claim(due, next_at=2200.0, now=1601.0)
+    run_id = tick_run_id(due.schedule_id, due.next_at)
+    spawn_run(
+        deps,
+        SpawnRequest(
+            task=due.task, session_key=due.session_key, thread=due.thread,
+            requester=due.requester, agent_id="main", run_id=run_id,
+        ),
+        known_models=lambda: None,
+    )  # fmt: skip  # ... and the sweeper dies before noting it
+    assert fire_due(deps, now=1601.0 + UNFINISHED_AFTER_SECONDS) == [run_id]  # found, not new
+    assert [r.run_id for r in deps.runs.session_runs(session_of(THREAD))] == [run_id]
+    (schedule,) = store.all()
+    assert schedule.pending == "" and schedule.last_run_id == run_id
+
+
+def test_a_normal_firing_leaves_nothing_pending(deps: Deps) -> None:
+    _add(deps, seconds=600, now=1000.0)
+    (run_id,) = fire_due(deps, now=1601.0)
+    (schedule,) = schedule_store(deps).all()
+    assert schedule.pending == "" and schedule.last_run_id == run_id
+    assert fire_due(deps, now=1601.0 + UNFINISHED_AFTER_SECONDS) == []
 
 
 def test_operator_cli_adds_lists_and_removes(redis_url: str, deps: Deps) -> None:

@@ -12,14 +12,16 @@ import pytest
 
 from bot.agent.llm import ChatModel
 from bot.agent.subagent import SubagentBody
+from bot.agent.turn import execute_turn
 from bot.config import Settings
 from bot.deps import Deps
 from bot.runs.execute import execute_run
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.testing.fake_openai import FakeOpenAI
-from bot.testing.scripted import ChatRequest, ScriptedModel, Text
+from bot.testing.scripted import Call, ChatRequest, ScriptedModel, Text, ToolCalls
 from bot.types import ResultFormat, RunContext, RunRecord, RunStatus, ThreadRef
 from tests.integration.test_finalize import make_run
+from tests.integration.test_join import turn_job
 
 SCHEMA = {
     "type": "object",
@@ -115,6 +117,62 @@ async def test_a_forked_run_sees_the_requester_history_then_its_task(redis_url: 
     )
     assert record.result.startswith("alice: the budget is 5k | ok | The messages above")
     assert record.result.endswith("Your task:\nthe task")
+
+
+@pytest.mark.parametrize(
+    ("stored", "expected"),
+    [
+        # The spawning turn is still going: its message is not in the history yet.
+        (["alice: hi"], "alice: hi | alice: compare | The messages"),
+        # The turn ended (and wrote its message) before the run started: seen once.
+        (["alice: hi", "alice: compare"], "alice: hi | alice: compare | The messages"),
+    ],
+)
+async def test_a_forked_run_sees_the_spawning_turns_message_once(
+    redis_url: str, stored: list[str], expected: str
+) -> None:
+    def answer(req: ChatRequest) -> Text:
+        seen = [str(m.get("content")) for m in req.messages if m.get("role") != "system"]
+        return Text(" | ".join(seen))
+
+    setup = deps_for(redis_url)
+    setup.history.append(SESSION, *({"role": "user", "content": c} for c in stored))
+    setup.close()
+    record, _ = await run_typed(
+        redis_url,
+        ScriptedModel(default=answer),
+        "forked",
+        context=RunContext.FORK,
+        fork_message="alice: compare",
+    )
+    assert record.result.startswith(expected)
+
+
+async def test_a_turn_that_spawns_a_forked_run_hands_it_the_turns_message(
+    redis_url: str,
+) -> None:
+    spawn_call = ToolCalls([Call("sessions_spawn", {"task": "dig", "context": "fork"})])
+    script = ScriptedModel(default=Text("Started.")).on(
+        lambda r: r.has_tool("sessions_spawn") and r.last_role == "user", spawn_call, times=1
+    )
+    async with FakeOpenAI(script, models=["fake-model"]) as fake:
+        deps = deps_for(redis_url, fake.base_url)
+        model = ChatModel(settings=deps.settings.openai)
+        job = turn_job(session_key=SESSION, text="compare these two offers")
+        await asyncio.to_thread(execute_turn, deps, model, job)
+        (run,) = deps.runs.session_runs(SESSION)
+        model.close()
+        deps.close()
+    assert run.context is RunContext.FORK
+    assert run.fork_message == "Alice: compare these two offers"
+
+
+def test_only_a_forked_run_keeps_the_spawning_message(deps: Deps) -> None:
+    forked = spawn(deps, subagent_type="forked", fork_message="alice: go")
+    isolated = spawn(deps, subagent_type="facts", fork_message="alice: go")
+    assert (forked.fork_message, isolated.fork_message) == ("alice: go", "")
+    stored = deps.runs.get(forked.run_id)
+    assert stored is not None and stored.fork_message == "alice: go"
 
 
 def spawn(deps: Deps, **fields: Any) -> RunRecord:

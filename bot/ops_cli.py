@@ -7,23 +7,17 @@ ambiguous prefix), 2 bad configuration or Redis unreachable.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated
 
-import redis
 import typer
 
+from bot.cli_deps import operator_deps
 from bot.commands.render import render_info, run_name, timing
-from bot.config import load_settings
 from bot.deps import Deps
-from bot.errors import ConfigError
-from bot.preflight import redis_unreachable
 from bot.runs.access import MIN_PREFIX
 from bot.runs.budget import Limits, run_spend, spend_text, utc_day
 from bot.runs.stop import stop_run
 from bot.store.budgets import Spend
-from bot.store.connect import connect
 from bot.types import RunRecord
 
 app = typer.Typer(
@@ -33,27 +27,8 @@ app = typer.Typer(
     add_completion=False,
 )
 
+PROG = "fanbot subagents"
 OPERATOR = "an operator (fanbot subagents stop)"
-
-
-@contextmanager
-def _deps() -> Iterator[Deps]:
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        typer.echo(f"fanbot subagents: {exc}", err=True)
-        raise typer.Exit(2) from None
-    deps = Deps.build(settings, client=connect(settings.redis_url, socket_timeout=5, retries=0))
-    try:
-        deps.redis.ping()
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        deps.close()
-        typer.echo(f"fanbot subagents: {redis_unreachable(settings.redis_url, exc)}", err=True)
-        raise typer.Exit(2) from None
-    try:
-        yield deps
-    finally:
-        deps.close()
 
 
 def find_run(deps: Deps, token: str) -> RunRecord | str:
@@ -86,7 +61,7 @@ def list_runs(
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 50,
 ) -> None:
     """Runs, newest first: unfinished ones, or every recent one with --all."""
-    with _deps() as deps:
+    with operator_deps(PROG) as deps:
         if session:
             runs = deps.runs.session_runs(session)
         elif all_runs:
@@ -108,14 +83,20 @@ def list_runs(
             )
 
 
+def _run_or_exit(deps: Deps, token: str) -> RunRecord:
+    """The run ``token`` names, or a one-line error and exit 1."""
+    found = find_run(deps, token)
+    if isinstance(found, str):
+        typer.echo(f"fanbot: {found}", err=True)
+        raise typer.Exit(1)
+    return found
+
+
 @app.command()
 def info(run: Annotated[str, typer.Argument(help="Run id or unique prefix.")]) -> None:
     """Everything about one run."""
-    with _deps() as deps:
-        found = find_run(deps, run)
-        if isinstance(found, str):
-            typer.echo(f"fanbot: {found}", err=True)
-            raise typer.Exit(1)
+    with operator_deps(PROG) as deps:
+        found = _run_or_exit(deps, run)
         text = render_info(
             found,
             now=time.time(),
@@ -131,11 +112,8 @@ def info(run: Annotated[str, typer.Argument(help="Run id or unique prefix.")]) -
 @app.command()
 def stop(run: Annotated[str, typer.Argument(help="Run id or unique prefix.")]) -> None:
     """Stop one run (flag, cancel or finalize, hard stop), as /subagents stop does."""
-    with _deps() as deps:
-        found = find_run(deps, run)
-        if isinstance(found, str):
-            typer.echo(f"fanbot: {found}", err=True)
-            raise typer.Exit(1)
+    with operator_deps(PROG) as deps:
+        found = _run_or_exit(deps, run)
         if found.status.terminal:
             typer.echo(f"run {found.run_id[:12]} already ended ({found.status.value})")
             return
@@ -150,7 +128,7 @@ def usage(
     days: Annotated[int, typer.Option(min=1, max=366, help="This many UTC days, today first.")] = 7,
 ) -> None:
     """Spend per UTC day, per thread and per user (main-agent turns and subagent runs)."""
-    with _deps() as deps:
+    with operator_deps(PROG) as deps:
         now = time.time()
         lines: list[str] = []
         for back in range(days):

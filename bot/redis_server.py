@@ -22,6 +22,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from bot.childproc import stop_process
 from bot.dirlock import DirLock
 from bot.errors import ConfigError, RedisUnavailable
 
@@ -155,14 +156,7 @@ class RedisServer:
         """Stop gracefully (the AOF is flushed); kill if it does not stop in time."""
         proc, self.process = self.process, None
         try:
-            if proc is None or proc.poll() is not None:
-                return
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, timeout=timeout)
         finally:
             self.lock.release()
 

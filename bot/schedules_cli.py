@@ -8,21 +8,15 @@ reach Redis is an operator). Exit codes: 0 done, 1 no such schedule or a bad sch
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated
 
-import redis
 import typer
 
-from bot.config import load_settings
-from bot.deps import Deps
-from bot.errors import ConfigError, FanbotError
-from bot.preflight import redis_unreachable
+from bot.cli_deps import operator_deps
+from bot.errors import FanbotError
 from bot.runs.schedule_spec import every_from_text, parse_every
 from bot.runs.schedules import NewSchedule, add_schedule, schedule_store
 from bot.sessions import requester_session_key
-from bot.store.connect import connect
 from bot.types import ThreadRef
 
 app = typer.Typer(
@@ -32,25 +26,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-
-@contextmanager
-def _deps() -> Iterator[Deps]:
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        typer.echo(f"fanbot schedules: {exc}", err=True)
-        raise typer.Exit(2) from None
-    deps = Deps.build(settings, client=connect(settings.redis_url, socket_timeout=5, retries=0))
-    try:
-        deps.redis.ping()
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        deps.close()
-        typer.echo(f"fanbot schedules: {redis_unreachable(settings.redis_url, exc)}", err=True)
-        raise typer.Exit(2) from None
-    try:
-        yield deps
-    finally:
-        deps.close()
+PROG = "fanbot schedules"
 
 
 def _utc(t: float) -> str:
@@ -60,7 +36,7 @@ def _utc(t: float) -> str:
 @app.command("list")
 def list_schedules() -> None:
     """Every schedule: number, when, next tick, thread, who made it, task."""
-    with _deps() as deps:
+    with operator_deps(PROG) as deps:
         found = schedule_store(deps).all()
         if not found:
             typer.echo("no schedules")
@@ -89,7 +65,7 @@ def add(
     ] = "",
 ) -> None:
     """Add a schedule announcing into one thread."""
-    with _deps() as deps:
+    with operator_deps(PROG) as deps:
         s = deps.settings
         parsed = parse_every(every.split(), min_seconds=s.schedules.min_interval_seconds)
         if isinstance(parsed, str) or parsed[1] != len(every.split()):
@@ -116,7 +92,7 @@ def add(
 @app.command()
 def remove(schedule_id: Annotated[str, typer.Argument(help="Schedule number.")]) -> None:
     """Remove a schedule."""
-    with _deps() as deps:
+    with operator_deps(PROG) as deps:
         number = schedule_id.strip().removeprefix("#")
         if not schedule_store(deps).remove(number):
             typer.echo(f"fanbot schedules remove: no schedule #{number}", err=True)

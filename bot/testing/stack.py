@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bot.childproc import stop_process
 from bot.config import Settings
 from bot.ports import ChannelAdapter
 from bot.testing.wait import until
@@ -133,14 +134,7 @@ class WorkerPool:
 
     def stop(self, timeout: float = 20.0) -> None:
         proc, self.launcher = self.launcher, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=timeout)
 
 
 class GatewayProcess:
@@ -193,13 +187,7 @@ class GatewayProcess:
         proc = self.process
         if proc is None:
             return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, timeout=timeout)
         return proc.returncode
 
     def rss_bytes(self) -> int:

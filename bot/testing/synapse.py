@@ -23,7 +23,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from bot.childproc import stop_process
+from bot.testing.netutil import free_port
 
 SERVER_NAME = "localhost"
 
@@ -68,13 +70,6 @@ class MatrixUser:
     password: str
     access_token: str
     device_id: str
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def relaxed_rate_limits() -> dict[str, Any]:
@@ -239,15 +234,7 @@ class Synapse:
 
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after 10 s)."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=10)
         self.process = None
 
     def __enter__(self) -> Synapse:

@@ -218,14 +218,16 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.starter.cancel()
-        for adapter in self.adapters.values():
-            with contextlib.suppress(Exception):
-                await adapter.stop()
         if self._http:
             await self._http.cleanup()
+        # Egress and progress end before the adapters they post through: a post after an
+        # adapter's stop would fail, or (nio) open a new HTTP session that nobody closes.
         await cancel_all(self._tasks)
         await self.egress.close()
         await self.progress.close()
+        for adapter in self.adapters.values():
+            with contextlib.suppress(Exception):
+                await adapter.stop()
         await self.aredis.aclose()
         self.observer.close()
         await asyncio.to_thread(self.redis_watch.stop)

@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from bot.config import GatewaySettings
+from bot.config import GatewaySettings, Settings
+from bot.deps import Deps
 from bot.errors import DeliveryError
 from bot.gateway.egress import Egress
 from bot.gateway.progress import ProgressRenderer
+from bot.gateway.runtime import Gateway
 from bot.keys import Keys
 from bot.ports import PartLog
 from bot.store.outbox import GROUP, Outbox
@@ -248,3 +250,43 @@ async def test_a_card_waits_out_announces_that_start_just_after_its_run_ended(
         await until(lambda: len(channel.edits) == 1, timeout=5)
     finally:
         await renderer.close()
+
+
+class SlowChannel(MemoryChannel):
+    """Posts take a while; a post after the adapter stopped is recorded as a fault."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopped = False
+        self.posting = asyncio.Event()
+        self.after_stop: list[str] = []
+
+    async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
+        self.posting.set()
+        await asyncio.sleep(0.3)
+        if self.stopped:
+            self.after_stop.append(message.text)
+        return await super().send(message, parts=parts)
+
+    async def stop(self) -> None:
+        self.stopped = True
+        await super().stop()
+
+
+async def test_the_gateway_finishes_a_post_in_flight_before_stopping_the_adapter(
+    redis_url: str, aredis: aioredis.Redis
+) -> None:
+    """A gateway stopping mid-post lets the post end before its adapter stops (a post into
+    a stopped adapter fails, or with nio opens an HTTP session nobody closes)."""
+    settings = Settings(redis_url=redis_url)
+    channel = SlowChannel()
+    gateway = Gateway(settings=settings, adapters=[channel], deps=Deps.build(settings))
+    await gateway.start()
+    try:
+        await put(aredis, message("in flight", "k-stop"))
+        await asyncio.wait_for(channel.posting.wait(), timeout=10)
+    finally:
+        await gateway.stop()
+    assert channel.stopped
+    assert channel.after_stop == []
+    assert [m.text for m in channel.sent] == ["in flight"]

@@ -12,6 +12,7 @@ import pytest
 from pydantic import SecretStr
 
 from adapters.matrix import MatrixChannel
+from adapters.matrix.login import Client, ClientClosed
 from bot.errors import DeliveryError
 from bot.testing import until
 from bot.testing.synapse import MatrixUser, Synapse
@@ -375,3 +376,13 @@ async def test_a_resend_after_a_restart_posts_once(
     assert sent_again == sent_first
     texts = [e["content"].get("body") for e in await human.thread_events(room, root)]
     assert texts.count("the announce") == 1
+
+
+async def test_a_request_after_close_fails_at_once_and_opens_no_session() -> None:
+    """nio opens a new HTTP session for a request made without one; after the adapter's
+    close a late request (a send still retrying) must fail instead of leaking one."""
+    client = Client("http://127.0.0.1:9", "@bot:localhost")
+    await client.close()
+    with pytest.raises(ClientClosed):
+        await client.login("password")
+    assert client.client_session is None

@@ -26,8 +26,9 @@ import time
 from dataclasses import dataclass
 
 from bot.deps import Deps
-from bot.runs.approvals import withdraw
+from bot.runs.approvals import RESUME_PREFIX, withdraw
 from bot.runs.finalize import finalize_run
+from bot.runs.join import JOB_PREFIX
 from bot.runs.render import format_duration, format_tokens, run_name
 from bot.sessions import qualified_user
 from bot.store.stops import TURN_MEMBER
@@ -78,12 +79,25 @@ def stop_run(deps: Deps, run_id: str, *, by: str) -> StopResult:
         deps, run_id, status=RunStatus.STOPPED, result=None, notes=stop_note(deps, record, by)
     )
     deps.runs.request_stop(run_id)
+    if record.parked_at is not None:
+        _cancel_resumes(deps, record)
     if record.parked_at is not None and record.approval_id:
         withdraw(deps, record.approval_id)  # its request must not wait for a decision
     sent = _hard_stop(deps, record) if executing and record.parked_at is None else False
     log.info("run %s stopped by %s (ended=%s, hard stop=%s)", run_id, by, ended, sent)
     _stop_children(deps, record, by=by)
     return StopResult(run_id=run_id, was=record.status, ended=ended, hard_stop_sent=sent)
+
+
+def _cancel_resumes(deps: Deps, record: RunRecord) -> None:
+    """A parked run's resume jobs still waiting for a slot (its approval was decided, or
+    its children ended) leave the line: nothing is left to resume."""
+    jobs = [JOB_PREFIX + j for j in deps.joins.of_session(record.session_key)
+            if j.startswith(f"{record.run_id}-")]  # fmt: skip
+    if record.approval_id:
+        jobs.append(RESUME_PREFIX + record.approval_id)
+    for job_id in jobs:
+        deps.jobs.cancel_queued(job_id)
 
 
 def children_of(deps: Deps, record: RunRecord) -> list[RunRecord]:

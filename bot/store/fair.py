@@ -154,7 +154,9 @@ return rejoined
 )
 
 _WITHDRAW = """
-local s = redis.call('HGET', ARGV[2] .. ARGV[1], 'session_key')
+-- a resume job (its own id) names the parked run it resumes in 'fanbot_run'
+local run = redis.call('HGET', ARGV[4] .. ARGV[1], 'fanbot_run') or ARGV[1]
+local s = redis.call('HGET', ARGV[2] .. run, 'session_key')
 if not s then return 0 end
 local wkey = ARGV[3] .. s
 local n = redis.call('LREM', wkey, 0, ARGV[1])
@@ -330,9 +332,15 @@ class FairQueue:
             args += [run_id, session_key]
         return [as_text(i) for i in self._rejoin(keys=self._keys(), args=args)]
 
-    def withdraw(self, run_id: str) -> bool:
-        """Take a run out of its line (it was stopped before its turn); True if it was in."""
-        args = [run_id, self.keys.run(""), self.keys.fair_waiting("")]
+    def withdraw(self, job_id: str) -> bool:
+        """Take a job out of its line (its run was stopped before its turn): a run's own
+        job (id = run id) or a parked run's resume job; True if it was in."""
+        args = [
+            job_id,
+            self.keys.run(""),
+            self.keys.fair_waiting(""),
+            Job.redis_job_namespace_prefix,
+        ]
         return bool(self._withdraw(keys=[self.keys.fair_sessions], args=args))
 
     def holders(self) -> list[str]:

@@ -268,3 +268,30 @@ def test_the_sweep_requeues_a_resume_job_a_dead_worker_dropped(deps: Deps) -> No
     assert repair_jobs(deps, now=now + grace + 1).requeued == ["approval-ab12cd34"]
     assert queued(deps) == ["approval-ab12cd34"]
     assert deps.jobs.fair.holders() == [run.run_id]
+
+
+def test_stopping_a_parked_run_takes_its_waiting_resume_job_out_of_the_line(deps: Deps) -> None:
+    """The approval was decided while every slot was taken, so the resume job waits in the
+    line; stopping the run cancels it there, and the next free slot goes to a real run."""
+    run = spawn_run(deps, thread=A, task="t")
+    deps.jobs.queue(SUBAGENTS_QUEUE).remove(run.job_id)
+    Job.fetch(run.job_id, connection=deps.redis, serializer=JSONSerializer).set_status(
+        JobStatus.FINISHED
+    )
+    deps.runs.update(run.run_id, status="running")
+    deps.runs.park(run.run_id, rounds=0, approval_id="ab12cd34")
+    assert deps.jobs.fair.release(run.run_id)
+    busy = [spawn_run(deps, thread=B, task=f"b{i}") for i in range(2)]  # both slots taken
+    resume(deps, cast(ApprovalRecord, SimpleNamespace(run_id=run.run_id, approval_id="ab12cd34")))
+    line = deps.keys.fair_waiting(run.session_key)
+    assert deps.redis.lrange(line, 0, -1) == [b"approval-ab12cd34"]
+    waiting = spawn_run(deps, thread=C, task="c")
+
+    assert stop_run(deps, run.run_id, by="@ann").ended
+
+    assert deps.redis.lrange(line, 0, -1) == []
+    assert status(deps, "approval-ab12cd34") is JobStatus.CANCELED
+    end(deps, busy[0])
+    assert queued(deps) == [busy[1].job_id, waiting.job_id]
+    stored = deps.runs.get(run.run_id)
+    assert stored is not None and stored.status is RunStatus.STOPPED and not stored.resume_job

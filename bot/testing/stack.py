@@ -13,6 +13,7 @@ in :mod:`bot.testing` standing in for the model and the platforms::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -263,9 +264,32 @@ class Stack:
         await self.start_gateway()
         return self
 
-    async def __aexit__(self, *_exc: object) -> None:
+    async def __aexit__(self, exc_type: object, *_exc: object) -> None:
+        if exc_type is not None and self.gateway is not None:
+            # A test that failed (a wait timed out, mostly) shows where its runs stood.
+            with contextlib.suppress(Exception):
+                print(await asyncio.to_thread(self.explain), file=sys.stderr)
         await self.stop_gateway()
         await asyncio.to_thread(self.pool.stop)
+
+    def explain(self, *, log_lines: int = 40) -> str:
+        """Where the runs stand (records, fair slots and line, the subagents queue) and the
+        tail of the workers' log: printed when a test inside the stack fails."""
+        assert self.gateway is not None
+        deps = self.gateway.deps
+        lines = ["--- fanbot stack state ---"]
+        for r in deps.runs.get_many(sorted(deps.runs.active_ids())):
+            lines.append(
+                f"run {r.run_id[:8]} #{r.seq} {r.status.value} parked_at={r.parked_at} "
+                f"approval={r.approval_id or '-'} resume_job={r.resume_job or '-'}"
+            )
+        line = deps.jobs.fair.line()
+        lines.append(f"fair: held={line.held} waiting={line.waiting} admitted={line.admitted}")
+        for job_id in [*line.admitted, *deps.jobs.fair.holders()]:
+            lines.append(f"job {job_id}: {deps.jobs.status(job_id)}")
+        tail = self.worker_log().splitlines()[-log_lines:]
+        lines += ["--- workers.log (tail) ---", *tail]
+        return "\n".join(lines)
 
     def worker_log(self) -> str:
         path = self.pool.log_path

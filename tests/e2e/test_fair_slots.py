@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from bot.config import Settings
@@ -134,3 +135,21 @@ async def test_stopping_a_waiting_run_lets_the_next_one_start(redis_url: str) ->
     assert runs[3].started_at is not None and runs[1].ended_at is not None
     assert runs[3].started_at >= runs[1].ended_at - 0.1  # the one slot, handed on
     assert fake.max_overlap(lambda r: is_subagent(r.chat)) == 1
+
+
+async def test_a_test_failing_inside_the_stack_prints_where_its_runs_stood(
+    redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wait that times out in an end-to-end test says which runs were where (records,
+    fair slots and line, job statuses) and what the workers logged last."""
+    async with FakeOpenAI(spawner(6), models=["fake-model"]) as fake:
+        values = stack_values(redis_url, fake.base_url, subagents={"max_concurrent": 1})
+        channel = MemoryChannel()
+        with pytest.raises(TimeoutError):
+            async with Stack(values=values, adapters=[channel], workers=1) as stack:
+                await channel.say("spawn 2", thread=channel.thread("A"))
+                await stack.wait_for(lambda: len(channel.announces) == 2, timeout=3)
+    state = capsys.readouterr().err
+    assert "--- fanbot stack state ---" in state
+    assert state.count(" running parked_at=None") == 1 and state.count(" queued ") == 1
+    assert "fair: held={'" in state and "--- workers.log (tail) ---" in state

@@ -12,7 +12,6 @@ import importlib
 import importlib.metadata
 import signal
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -21,6 +20,7 @@ import typer
 
 from bot.config import Settings, load_settings
 from bot.errors import ConfigError, FanbotError, RedisUnavailable
+from bot.signals import stop_on_signal
 
 if TYPE_CHECKING:
     from bot.ports import ChannelAdapter
@@ -134,23 +134,10 @@ def gateway() -> None:
         adapters = build_adapters(settings)
         if not adapters:
             raise ConfigError(NO_PLATFORM)
-        with _stop_on_signal() as stopping:  # Redis not there yet: wait for it, a line a try
+        with stop_on_signal() as stopping:  # Redis not there yet: wait for it, a line a try
             if not wait_until_reachable(settings.redis_url, who="gateway", stop=stopping):
                 return
         asyncio.run(_serve(settings, adapters))
-
-
-@contextlib.contextmanager
-def _stop_on_signal() -> Iterator[threading.Event]:
-    """An event SIGTERM/SIGINT set while inside (the previous handlers come back after)."""
-    stopping = threading.Event()
-    sigs = (signal.SIGTERM, signal.SIGINT)
-    previous = [signal.signal(sig, lambda *_: stopping.set()) for sig in sigs]
-    try:
-        yield stopping
-    finally:
-        for sig, handler in zip(sigs, previous, strict=True):
-            signal.signal(sig, handler)
 
 
 async def _serve(settings: Settings, adapters: list[ChannelAdapter]) -> None:

@@ -8,6 +8,7 @@ start get a scrubbed environment; nothing external is touched), print their figu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Annotated
 import typer
 
 from bot.errors import FanbotError
+from bot.signals import stop_on_signal
 
 app = typer.Typer(
     name="bench",
@@ -163,7 +165,8 @@ def compare(
         log_dir=directory, report=lambda line: typer.echo(line, err=True),
     )  # fmt: skip
     try:
-        result = asyncio.run(run_compare(config))
+        with stop_on_signal() as stopping:  # the phases stop, then its processes are ended
+            result = asyncio.run(run_compare(dataclasses.replace(config, stopping=stopping)))
     except FanbotError as exc:
         typer.echo(f"fanbot bench compare: {exc}\nlogs: {directory}", err=True)
         raise typer.Exit(1) from None

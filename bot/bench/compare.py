@@ -20,6 +20,7 @@ import platform
 import re
 import signal
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
@@ -78,6 +79,7 @@ class CompareConfig:
     only: frozenset[str] = PHASES  # which groups of figures to measure
     log_dir: Path
     report: Callable[[str], None] | None = None
+    stopping: threading.Event | None = None  # set (SIGTERM, Ctrl-C): stop at the next wait
 
 
 class CompareModel:
@@ -258,6 +260,8 @@ def _until(bench: _Env, check: Callable[[], bool], *, timeout: float, what: str)
 
 
 def _require_alive(bench: _Env) -> None:
+    if bench.config.stopping is not None and bench.config.stopping.is_set():
+        raise CompareError("interrupted; its processes are stopped")
     if bench.gateway.returncode() is not None:
         raise CompareError(f"the gateway exited:\n{bench.gateway.log()[-3000:]}")
     launcher = bench.pool.launcher

@@ -7,8 +7,13 @@ finite, and the killed run ended ``unknown`` (the phase raises otherwise).
 from __future__ import annotations
 
 import math
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -77,3 +82,28 @@ async def test_only_measures_just_the_chosen_figures(tmp_path: Path) -> None:
     result = await run_compare(config)
     assert result.values("pss_idle", "fanbot") and result.values("pss_idle", "bare")
     assert not result.values("spawn1", "fanbot") and not result.values("makespan", "fanbot")
+
+
+def test_sigterm_stops_the_comparison_and_every_process_it_started(tmp_path: Path) -> None:
+    """SIGTERM (or Ctrl-C) mid-run: the phase stops at its next wait and the private Redis,
+    both worker pools and the gateway are ended; nothing is left running."""
+    err_path = tmp_path / "stderr.txt"
+    command = [sys.executable, "-m", "bot", "bench", "compare", "--workers", "2",
+               "--only", "makespan", "--runs", "200", "--log-dir", str(tmp_path / "logs")]  # fmt: skip
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 120
+        while "repetition 1/" not in err_path.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
+            time.sleep(0.2)
+        time.sleep(2)  # well into the makespan phase
+        started = psutil.Process(proc.pid).children(recursive=True)
+        assert len(started) >= 5  # Redis, the launcher and its workers, the bare pool, gateway
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=90) == 1
+    finally:
+        proc.kill()
+    assert "interrupted; its processes are stopped" in err_path.read_text()
+    _, alive = psutil.wait_procs(started, timeout=10)
+    assert alive == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -25,6 +26,13 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+@app.callback()
+def _interruptible() -> None:
+    # SIGTERM ends a benchmark like Ctrl-C: its cleanup runs (the private Redis, gateway and
+    # workers are stopped) instead of the process vanishing and leaving them running.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def _need_psutil() -> None:

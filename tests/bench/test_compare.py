@@ -84,26 +84,46 @@ async def test_only_measures_just_the_chosen_figures(tmp_path: Path) -> None:
     assert not result.values("spawn1", "fanbot") and not result.values("makespan", "fanbot")
 
 
-def test_sigterm_stops_the_comparison_and_every_process_it_started(tmp_path: Path) -> None:
-    """SIGTERM (or Ctrl-C) mid-run: the phase stops at its next wait and the private Redis,
-    both worker pools and the gateway are ended; nothing is left running."""
+@pytest.mark.parametrize(
+    ("command", "said", "code"),
+    [
+        (
+            "compare --workers 2 --only makespan --runs 200",
+            "interrupted; its processes are stopped",
+            1,
+        ),
+        ("soak --workers 2 --runs 2000 --hang-rate 0 --max-delay 0.2", "", 130),
+    ],
+    ids=["compare", "soak"],
+)
+def test_sigterm_ends_a_benchmark_and_every_process_it_started(
+    tmp_path: Path, command: str, said: str, code: int
+) -> None:
+    """SIGTERM (or Ctrl-C) mid-run: the benchmark stops and its private Redis, worker pools
+    and gateway are ended; nothing is left running."""
     err_path = tmp_path / "stderr.txt"
-    command = [sys.executable, "-m", "bot", "bench", "compare", "--workers", "2",
-               "--only", "makespan", "--runs", "200", "--log-dir", str(tmp_path / "logs")]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "bot",
+        "bench",
+        *command.split(),
+        "--log-dir",
+        str(tmp_path / "logs"),
+    ]
     with err_path.open("w") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 120
-        while "repetition 1/" not in err_path.read_text():
+        while len(started := psutil.Process(proc.pid).children(recursive=True)) < 5:
             assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
             time.sleep(0.2)
-        time.sleep(2)  # well into the makespan phase
+        time.sleep(6)  # under way: runs spawned and executing
         started = psutil.Process(proc.pid).children(recursive=True)
-        assert len(started) >= 5  # Redis, the launcher and its workers, the bare pool, gateway
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=90) == 1
+        assert proc.wait(timeout=90) == code, err_path.read_text()
     finally:
         proc.kill()
-    assert "interrupted; its processes are stopped" in err_path.read_text()
+    assert said in err_path.read_text()
     _, alive = psutil.wait_procs(started, timeout=10)
     assert alive == []

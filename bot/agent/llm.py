@@ -120,15 +120,21 @@ class ChatModel:
         ``timeout`` bounds each HTTP attempt; ``budget`` (seconds left before the run's
         deadline) bounds the SDK's retries to the attempts that still fit in it.
         """
+        # The messages and tools go in ``extra_body``, which the SDK sends as they are: as
+        # typed parameters it first walks them against its TypedDicts (~1.2 ms a call, ~2 ms
+        # on a fresh horse's first; measured). Our dicts are already wire JSON; the request
+        # body is the same (tested against the fake model).
+        body: dict[str, Any] = {"messages": list(messages)}
+        if tools:
+            body["tools"] = list(tools)
         kwargs: dict[str, Any] = {
             "model": model,
-            "messages": list(messages),
+            "messages": [],
             "stream": True,
             "stream_options": {"include_usage": True},
             "timeout": timeout or self.settings.request_timeout,
+            "extra_body": body,
         }
-        if tools:
-            kwargs["tools"] = list(tools)
         if thinking and thinking != "off":
             kwargs["reasoning_effort"] = thinking
         if self.settings.max_output_tokens:

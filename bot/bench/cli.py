@@ -89,7 +89,8 @@ def soak(
         report=lambda line: typer.echo(line, err=True),
     )  # fmt: skip
     try:
-        result = asyncio.run(run_soak(config))
+        with stop_on_signal() as stopping:  # spawning and waits stop, then its processes end
+            result = asyncio.run(run_soak(dataclasses.replace(config, stopping=stopping)))
     except FanbotError as exc:
         typer.echo(f"fanbot bench soak: {exc}\nlogs: {directory}", err=True)
         raise typer.Exit(1) from None

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -78,6 +79,7 @@ class SoakConfig:
     redis_url: str | None = None  # default: a private redis-server in ``log_dir``
     log_dir: Path  # process logs (and the private Redis) go here
     report: Callable[[str], None] | None = None  # gets a progress line every ~10 s
+    stopping: threading.Event | None = None  # set (SIGTERM, Ctrl-C): stop at the next wait
 
 
 @dataclass(kw_only=True)
@@ -199,7 +201,7 @@ async def _soak(soak: _Env) -> SoakResult:
     soak.memory["before"] = await asyncio.to_thread(probes.used_memory, deps.redis)
     await asyncio.to_thread(soak.sample_rss, "start")
     t0 = time.time()
-    ids = await asyncio.to_thread(_spawn_all, deps, soak.plan, soak.tg.bot_id)
+    ids = await asyncio.to_thread(_spawn_all, deps, soak.plan, soak.tg.bot_id, soak.config.stopping)
     spawned = time.time()
     timed_out, announced_at = await _wait_for_runs(soak, ids)
     soak.memory["after runs"] = await asyncio.to_thread(probes.used_memory, deps.redis)
@@ -224,7 +226,13 @@ async def _until(soak: _Env, check: Callable[[], bool], *, timeout: float, what:
         await asyncio.sleep(POLL)
 
 
+def _interrupted(stopping: threading.Event | None) -> None:
+    if stopping is not None and stopping.is_set():
+        raise BenchError("interrupted; its processes are stopped")
+
+
 def _require_alive(soak: _Env) -> None:
+    _interrupted(soak.config.stopping)
     if soak.gateway.returncode() is not None:
         raise BenchError(f"the gateway exited:\n{soak.gateway.log()[-3000:]}")
     launcher = soak.pool.launcher
@@ -238,10 +246,13 @@ def _ready(soak: _Env) -> bool:
     return workers >= soak.config.workers and polling
 
 
-def _spawn_all(deps: Deps, plan: list[PlannedRun], bot_id: int) -> dict[str, str]:
+def _spawn_all(
+    deps: Deps, plan: list[PlannedRun], bot_id: int, stopping: threading.Event | None = None
+) -> dict[str, str]:
     """Create every run through ``sessions_spawn``'s code path; ``label -> run id``."""
     ids = {}
     for run in plan:
+        _interrupted(stopping)
         thread = ThreadRef(
             platform="telegram", account=str(bot_id), chat=str(FORUM["id"]), thread=str(run.topic)
         )

@@ -142,13 +142,23 @@ async def test_a_test_failing_inside_the_stack_prints_where_its_runs_stood(
 ) -> None:
     """A wait that times out in an end-to-end test says which runs were where (records,
     fair slots and line, job statuses) and what the workers logged last."""
-    async with FakeOpenAI(spawner(6), models=["fake-model"]) as fake:
-        values = stack_values(redis_url, fake.base_url, subagents={"max_concurrent": 1})
+    async with FakeOpenAI(spawner(30), models=["fake-model"]) as fake:
+        values = stack_values(
+            redis_url, fake.base_url, subagents={"max_concurrent": 1, "shutdown_grace_seconds": 1}
+        )
         channel = MemoryChannel()
         with pytest.raises(TimeoutError):
             async with Stack(values=values, adapters=[channel], workers=1) as stack:
                 await channel.say("spawn 2", thread=channel.thread("A"))
-                await stack.wait_for(lambda: len(channel.announces) == 2, timeout=3)
+                deps = stack.gateway.deps if stack.gateway else None
+                assert deps is not None
+
+                def one_running_one_queued() -> bool:
+                    runs = deps.runs.get_many(sorted(deps.runs.active_ids()))
+                    return sorted(r.status.value for r in runs) == ["queued", "running"]
+
+                await stack.wait_for(one_running_one_queued, timeout=60)
+                await stack.wait_for(lambda: len(channel.announces) == 2, timeout=0.5)
     state = capsys.readouterr().err
     assert "--- fanbot stack state ---" in state
     assert state.count(" running parked_at=None") == 1 and state.count(" queued ") == 1

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 
-import pytest
 import redis.asyncio as aioredis
 
 from bot.config import GatewaySettings, Settings
@@ -22,21 +21,13 @@ from bot.store.outbox import GROUP, Outbox
 from bot.store.progress import ProgressEvent
 from bot.testing import MemoryChannel, until
 from bot.types import Outbound, OutboundKind, ThreadRef
+from tests.integration.test_egress import aredis, message
 
 KEYS = Keys()
 THREAD = ThreadRef(platform="console", account="a", chat="c", thread="t")
 
 
-@pytest.fixture
-async def aredis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    await client.aclose()
-
-
-def message(text: str, key: str, thread: str = "t") -> Outbound:
-    ref = ThreadRef(platform="console", account="a", chat="c", thread=thread)
-    return Outbound(thread=ref, text=text, idempotency_key=key)
+__all__ = ["aredis"]  # fixture
 
 
 async def put(client: aioredis.Redis, *messages: Outbound) -> list[str]:
@@ -195,18 +186,30 @@ async def test_an_outbox_that_vanished_under_a_running_egress_is_recreated(
     assert [m.text for m in channel.sent] == ["before", "after"]
 
 
+def card_renderer(
+    client: aioredis.Redis,
+    channel: MemoryChannel,
+    announcing: Callable[[ThreadRef], asyncio.Event | None],
+) -> ProgressRenderer:
+    """A renderer of one run's card ("#1 card") whose thread is busy while ``announcing``
+    gives an event to wait for."""
+    return ProgressRenderer(
+        redis=client,
+        keys=KEYS,
+        adapters={"console": channel},
+        min_interval=0.0,
+        card_of=lambda _run_id: ("#1 card", None),
+        announcing=announcing,
+    )
+
+
 async def test_a_card_is_finished_after_the_announces_of_its_thread_are_out(
     aredis: aioredis.Redis,
 ) -> None:
     channel = MemoryChannel()
     announcing = asyncio.Event()  # egress busy with the thread until set
-    renderer = ProgressRenderer(
-        redis=aredis,
-        keys=KEYS,
-        adapters={"console": channel},
-        min_interval=0.0,
-        card_of=lambda _run_id: ("#1 card", None),
-        announcing=lambda _thread: None if announcing.is_set() else announcing,
+    renderer = card_renderer(
+        aredis, channel, lambda _thread: None if announcing.is_set() else announcing
     )
     try:
         start = ProgressEvent(run_id="r1", thread=THREAD, text="started")
@@ -231,13 +234,8 @@ async def test_a_card_waits_out_announces_that_start_just_after_its_run_ended(
     and the next run's announce starts a moment later; the card goes after it."""
     channel = MemoryChannel()
     busy: list[asyncio.Event] = []
-    renderer = ProgressRenderer(
-        redis=aredis,
-        keys=KEYS,
-        adapters={"console": channel},
-        min_interval=0.0,
-        card_of=lambda _run_id: ("#1 card", None),
-        announcing=lambda _thread: busy[0] if busy and not busy[0].is_set() else None,
+    renderer = card_renderer(
+        aredis, channel, lambda _thread: busy[0] if busy and not busy[0].is_set() else None
     )
     try:
         await renderer._on_event(ProgressEvent(run_id="r1", thread=THREAD, text="started"))

@@ -225,18 +225,29 @@ def test_the_sweep_puts_back_in_line_a_run_whose_line_was_lost(deps: Deps) -> No
     assert deps.jobs.subagent_line()[-1] == a[2].job_id
 
 
-def test_the_sweep_leaves_the_slot_of_an_admitted_resume_job_alone(deps: Deps) -> None:
-    """A parked run's resume job was admitted (it holds the run's slot under the run's id)
-    and waits for a worker: the repair must not free that slot as the finished first job's."""
+def parked_for_approval(deps: Deps) -> RunRecord:
+    """A run a worker took and parked for approval ``ab12cd34`` (its slot freed)."""
     run = spawn_run(deps, thread=A, task="t")
-    deps.jobs.queue(SUBAGENTS_QUEUE).remove(run.job_id)  # a worker took it ...
+    deps.jobs.queue(SUBAGENTS_QUEUE).remove(run.job_id)
     Job.fetch(run.job_id, connection=deps.redis, serializer=JSONSerializer).set_status(
         JobStatus.FINISHED
-    )  # ... and parked it for an approval
+    )
     deps.runs.update(run.run_id, status="running")
     deps.runs.park(run.run_id, rounds=0, approval_id="ab12cd34")
     assert deps.jobs.fair.release(run.run_id)
+    return run
+
+
+def decide(deps: Deps, run: RunRecord) -> None:
+    """Its approval decided: the resume job ``approval-ab12cd34`` joins the line."""
     resume(deps, cast(ApprovalRecord, SimpleNamespace(run_id=run.run_id, approval_id="ab12cd34")))
+
+
+def test_the_sweep_leaves_the_slot_of_an_admitted_resume_job_alone(deps: Deps) -> None:
+    """A parked run's resume job was admitted (it holds the run's slot under the run's id)
+    and waits for a worker: the repair must not free that slot as the finished first job's."""
+    run = parked_for_approval(deps)
+    decide(deps, run)
     assert queued(deps) == ["approval-ab12cd34"]
     stored = deps.runs.get(run.run_id)
     assert stored is not None and stored.resume_job == "approval-ab12cd34"
@@ -252,15 +263,8 @@ def test_the_sweep_leaves_the_slot_of_an_admitted_resume_job_alone(deps: Deps) -
 
 
 def test_the_sweep_requeues_a_resume_job_a_dead_worker_dropped(deps: Deps) -> None:
-    run = spawn_run(deps, thread=A, task="t")
-    deps.jobs.queue(SUBAGENTS_QUEUE).remove(run.job_id)
-    Job.fetch(run.job_id, connection=deps.redis, serializer=JSONSerializer).set_status(
-        JobStatus.FINISHED
-    )
-    deps.runs.update(run.run_id, status="running")
-    deps.runs.park(run.run_id, rounds=0, approval_id="ab12cd34")
-    assert deps.jobs.fair.release(run.run_id)
-    resume(deps, cast(ApprovalRecord, SimpleNamespace(run_id=run.run_id, approval_id="ab12cd34")))
+    run = parked_for_approval(deps)
+    decide(deps, run)
     deps.jobs.queue(SUBAGENTS_QUEUE).remove("approval-ab12cd34")  # popped by a worker that died
     grace = deps.settings.subagents.stale_after_seconds
     now = time.time()
@@ -273,16 +277,9 @@ def test_the_sweep_requeues_a_resume_job_a_dead_worker_dropped(deps: Deps) -> No
 def test_stopping_a_parked_run_takes_its_waiting_resume_job_out_of_the_line(deps: Deps) -> None:
     """The approval was decided while every slot was taken, so the resume job waits in the
     line; stopping the run cancels it there, and the next free slot goes to a real run."""
-    run = spawn_run(deps, thread=A, task="t")
-    deps.jobs.queue(SUBAGENTS_QUEUE).remove(run.job_id)
-    Job.fetch(run.job_id, connection=deps.redis, serializer=JSONSerializer).set_status(
-        JobStatus.FINISHED
-    )
-    deps.runs.update(run.run_id, status="running")
-    deps.runs.park(run.run_id, rounds=0, approval_id="ab12cd34")
-    assert deps.jobs.fair.release(run.run_id)
+    run = parked_for_approval(deps)
     busy = [spawn_run(deps, thread=B, task=f"b{i}") for i in range(2)]  # both slots taken
-    resume(deps, cast(ApprovalRecord, SimpleNamespace(run_id=run.run_id, approval_id="ab12cd34")))
+    decide(deps, run)
     line = deps.keys.fair_waiting(run.session_key)
     assert deps.redis.lrange(line, 0, -1) == [b"approval-ab12cd34"]
     waiting = spawn_run(deps, thread=C, task="c")

@@ -32,12 +32,6 @@ def out_snapshot() -> OutSnapshot:
     return OutSnapshot(pattern=below(OUT_PREFIX), field=SNAPSHOT_FIELD)
 
 
-def remember_out(deps: Deps, record: RunRecord) -> None:
-    """Record ``out/`` as it is now for ``record`` (a start does it itself)."""
-    hashes = deps.workspace.hashes(record.session_key, OUT_PREFIX)
-    deps.runs.update(record.run_id, **{SNAPSHOT_FIELD: json.dumps(hashes)})
-
-
 def announce_files(deps: Deps, record: RunRecord) -> tuple[tuple[str, ...], list[str]]:
     """The ``out/`` paths ``record`` wrote that fit the announce, and notes on the rest.
 

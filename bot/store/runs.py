@@ -359,10 +359,6 @@ class RunsRegistry:
             pipe.delete(self.keys.heartbeat(run_id))
             pipe.execute()
 
-    def mark_resumed(self, run_id: str, *, heartbeat_ttl: float) -> bool:
-        """parked -> executing again (with a first heartbeat); False unless it is parked."""
-        return self.start(run_id, heartbeat_ttl=heartbeat_ttl, resume=True).started
-
     def beat(self, run_id: str, *, ttl: float) -> None:
         self.redis.set(self.keys.heartbeat(run_id), time.time(), px=int(ttl * 1000))
 

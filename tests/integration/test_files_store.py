@@ -9,7 +9,8 @@ import pytest
 from bot.config import Settings
 from bot.deps import Deps
 from bot.gateway.inbox import save_attachments
-from bot.runs.outfiles import announce_files, remember_out
+from bot.runs.execute import start_run
+from bot.runs.outfiles import announce_files
 from bot.types import Attachment, RunRecord, ThreadRef
 
 SESSION = "agent:main:telegram:1:topic:2"
@@ -55,7 +56,7 @@ def test_a_run_attaches_the_out_files_it_changed_bounded(deps: Deps) -> None:
     )  # fmt: skip
     deps.runs.create(record)
     assert announce_files(deps, record) == ((), [])  # never started: no snapshot
-    remember_out(deps, record)
+    assert start_run(deps, record.run_id).started  # remembers out/ as it is
     ws.put_bytes(SESSION, "out/old.txt", b"after")
     ws.put_bytes(SESSION, "out/a.txt", b"new")
     ws.put_bytes(SESSION, "out/b.txt", b"new too")

@@ -117,5 +117,5 @@ def test_the_reaper_leaves_a_parked_parent_alone(redis_url: str) -> None:
     make_run(deps, "p", seq=1, subagent_type="lead", status=RunStatus.RUNNING, started_at=1.0)
     deps.runs.park("p", rounds=1)
     assert reap(deps) == []
-    assert deps.runs.mark_resumed("p", heartbeat_ttl=5)
-    assert not deps.runs.mark_resumed("p", heartbeat_ttl=5)  # one resume only
+    assert deps.runs.start("p", heartbeat_ttl=5, resume=True).started
+    assert not deps.runs.start("p", heartbeat_ttl=5, resume=True).started  # one resume only

@@ -41,7 +41,7 @@ from bot.ports import OutboundChannel
 from bot.store.outbox import Outbox
 from bot.types import ThreadRef
 
-__all__ = ["Egress", "cancel_all", "reraise_if_cancelling"]
+__all__ = ["Egress", "reraise_if_cancelling"]
 
 log = logging.getLogger(__name__)
 

@@ -144,7 +144,6 @@ def _drive(
         return RunStatus.TIMEOUT, meter.last_text, _timeout_note(record, steps())
     except BaseTimeoutException:
         notes = _timeout_note(record, steps()) + " (hard limit)"
-        save_tool_count(deps, record.run_id, meter)
         finalize_run(
             deps,
             record.run_id,
@@ -152,6 +151,7 @@ def _drive(
             result=meter.last_text,
             notes=notes,
             usage=meter.usage,
+            tools=meter.tool_calls,
         )
         raise
     except ModelCallFailed as exc:

@@ -37,10 +37,6 @@ KnownModels = Callable[[], frozenset[str] | None]
 """Asked only when a model is requested: the models the endpoint knows (None: unknown)."""
 
 
-# The spawning turn's message a forked run carries (a history message's default bound).
-FORK_MESSAGE_CHARS = 16_000
-
-
 @dataclass(frozen=True, kw_only=True)
 class SpawnRequest:
     """One run to start, as the spawner asked for it.
@@ -116,7 +112,7 @@ def spawn_run(deps: Deps, request: SpawnRequest, *, known_models: KnownModels) -
         record,
         timeout_s=timeout_s,
         context=context,
-        fork_message=clip(request.fork_message, FORK_MESSAGE_CHARS)
+        fork_message=clip(request.fork_message, s.history.max_message_chars)  # as history cuts it
         if context is RunContext.FORK
         else "",
         result_format=ResultFormat.JSON if sub_type.output_schema else ResultFormat.TEXT,

@@ -79,25 +79,13 @@ def stop_run(deps: Deps, run_id: str, *, by: str) -> StopResult:
         deps, run_id, status=RunStatus.STOPPED, result=None, notes=stop_note(deps, record, by)
     )
     deps.runs.request_stop(run_id)
-    if record.parked_at is not None:
-        _cancel_resumes(deps, record)
     if record.parked_at is not None and record.approval_id:
         withdraw(deps, record.approval_id)  # its request must not wait for a decision
+        deps.jobs.cancel_queued(RESUME_PREFIX + record.approval_id)  # decided, waiting a slot
     sent = _hard_stop(deps, record) if executing and record.parked_at is None else False
     log.info("run %s stopped by %s (ended=%s, hard stop=%s)", run_id, by, ended, sent)
     _stop_children(deps, record, by=by)
     return StopResult(run_id=run_id, was=record.status, ended=ended, hard_stop_sent=sent)
-
-
-def _cancel_resumes(deps: Deps, record: RunRecord) -> None:
-    """A parked run's resume jobs still waiting for a slot (its approval was decided, or
-    its children ended) leave the line: nothing is left to resume."""
-    jobs = [JOB_PREFIX + j for j in deps.joins.of_session(record.session_key)
-            if j.startswith(f"{record.run_id}-")]  # fmt: skip
-    if record.approval_id:
-        jobs.append(RESUME_PREFIX + record.approval_id)
-    for job_id in jobs:
-        deps.jobs.cancel_queued(job_id)
 
 
 def children_of(deps: Deps, record: RunRecord) -> list[RunRecord]:
@@ -112,6 +100,7 @@ def _stop_children(deps: Deps, record: RunRecord, *, by: str) -> None:
     for join_id in deps.joins.of_session(record.session_key):
         if join_id.startswith(f"{record.run_id}-"):
             deps.joins.cancel(join_id)
+            deps.jobs.cancel_queued(JOB_PREFIX + join_id)  # fired, its resume waits a slot
     for child in children_of(deps, record):
         if not child.status.terminal:
             stop_run(deps, child.run_id, by=f"{by} (its parent #{record.seq} was stopped)")

@@ -102,6 +102,9 @@ class QueueOverview:
     failed: int
 
 
+_ENDED = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED})
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkerInfo:
     """One RQ worker as registered in Redis.
@@ -267,8 +270,11 @@ class Jobs:
         job = self.fetch(job_id)
         if job is None:
             return False
-        if job.get_status(refresh=False) is JobStatus.STARTED:
+        status = job.get_status(refresh=False)
+        if status is JobStatus.STARTED:
             return True
+        if status in _ENDED:  # nothing to cancel (an old resume job of a run, say)
+            return False
         try:
             job.cancel()
         except InvalidJobOperation:  # canceled already, e.g. by an earlier stop

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from bot.aio import cancel_all
 from bot.config import GatewaySettings
-from bot.gateway.egress import Egress, cancel_all
+from bot.gateway.egress import Egress
 from bot.gateway.runtime import async_client
 from bot.keys import Keys
 from bot.ports import PartLog

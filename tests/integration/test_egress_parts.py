@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import pytest
 import redis.asyncio as aioredis
 
+from bot.aio import cancel_all
 from bot.config import GatewaySettings
-from bot.gateway.egress import Egress, cancel_all
+from bot.gateway.egress import Egress
 from bot.keys import Keys
 from bot.ports import OutFile, PartLog
 from bot.testing import until

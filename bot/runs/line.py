@@ -10,8 +10,6 @@ from __future__ import annotations
 import logging
 
 from bot.deps import Deps
-from bot.store.streams import ProgressEvent, put_progress
-from bot.types import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +36,10 @@ def show_places(deps: Deps, *, from_run: str | None = None) -> None:
         line = deps.jobs.subagent_line()
         start = line.index(from_run) if from_run in line else 0
         line = line[start : start + MAX_PLACES]
-        places = {run_id: place for place, run_id in enumerate(line, start + 1)}
-        with deps.redis.pipeline(transaction=False) as pipe:  # one round trip for them all
-            for record in deps.runs.get_many(line):
-                if record.status is not RunStatus.QUEUED:
-                    continue  # started meanwhile: its own events tell its card
-                text = place_text(places[record.run_id])
-                event = ProgressEvent(run_id=record.run_id, thread=record.thread, text=text)
-                put_progress(pipe, deps.keys, event)
-            pipe.execute()
+        # One script for them all; a run that started meanwhile is left to its own events.
+        deps.runs.show_waiting(
+            (run_id, place_text(place)) for place, run_id in enumerate(line, start + 1)
+        )
     except Exception:
         log.warning("cannot show the places in line", exc_info=True)
 

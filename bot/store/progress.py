@@ -25,6 +25,15 @@ from bot.types import ThreadRef
 PROGRESS_MAXLEN = 10_000
 STATUS_TTL = 7 * 86_400
 
+PUT_PROGRESS_LUA = """
+local function put_progress(stream, maxlen, run_id, thread, text, ts)
+  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'run_id', run_id,
+    'thread', thread, 'text', text, 'final', '', 'ts', ts)
+end
+"""
+"""A Lua function writing a plain step event as :func:`put_progress` does (for scripts that
+put one beside their own writes; ``thread`` as the run hash keeps it: the same JSON)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ProgressEvent:

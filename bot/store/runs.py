@@ -20,7 +20,7 @@ import redis
 from bot.keys import Keys, glob_escape
 from bot.store import as_text
 from bot.store.joins import FIRE_LUA, JOIN_TTL_SECONDS
-from bot.store.progress import PROGRESS_MAXLEN
+from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA
 from bot.store.run_codec import decode_record, encode_record
 from bot.store.workspace import HASHES_LUA
 from bot.types import Outbound, RunRecord, RunStatus
@@ -94,6 +94,7 @@ return joined
 
 _START = (
     HASHES_LUA
+    + PUT_PROGRESS_LUA
     + """
 local record = redis.call('HGETALL', KEYS[1])
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -119,8 +120,7 @@ if started == 1 then
   end
   if ARGV[7] ~= '' then
     local thread = redis.call('HGET', KEYS[1], 'thread') or ''
-    redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[9], '*', 'run_id', ARGV[8],
-      'thread', thread, 'text', ARGV[7], 'final', '', 'ts', ARGV[1])
+    put_progress(KEYS[5], ARGV[9], ARGV[8], thread, ARGV[7], ARGV[1])
   end
 end
 return {started, redis.call('EXISTS', KEYS[3]), record, redis.call('LLEN', KEYS[4])}
@@ -130,6 +130,25 @@ return {started, redis.call('EXISTS', KEYS[3]), record, redis.call('LLEN', KEYS[
 heartbeat ttl (ms), '1' to resume, the workspace key prefix, the snapshot's SCAN pattern
 and hash field ('' = none), the progress text ('' = none), the run id, the stream's MAXLEN.
 Returns ``{started, stop flag set, the hash as it was, inbox length}``."""
+
+_PLACES = (
+    PUT_PROGRESS_LUA
+    + """
+local shown = 0
+for i = 4, #ARGV, 2 do
+  local run = ARGV[3] .. ARGV[i]
+  local status, thread = unpack(redis.call('HMGET', run, 'status', 'thread'))
+  if status == 'queued' and thread then
+    put_progress(KEYS[1], ARGV[2], ARGV[i], thread, ARGV[i + 1], ARGV[1])
+    shown = shown + 1
+  end
+end
+return shown
+"""
+)
+"""KEYS: the progress stream. ARGV: now, the stream's MAXLEN, the run hash key prefix, then
+(run id, text) pairs. Puts each text on its run's card if the run still waits; returns how
+many."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,6 +221,7 @@ class RunsRegistry:
         self._finalize = redis.register_script(_FINALIZE)
         self._create_joined = redis.register_script(_CREATE_JOINED)
         self._start = redis.register_script(_START)
+        self._places = redis.register_script(_PLACES)
 
     def next_seq(self, session_key: str) -> int:
         return int(self.redis.incr(self.keys.session_seq(session_key)))
@@ -367,6 +387,15 @@ class RunsRegistry:
 
     def request_stop(self, run_id: str, *, ttl: int = 86_400) -> None:
         self.redis.set(self.keys.stop_flag(run_id), "1", ex=ttl)
+
+    def show_waiting(self, texts: Iterable[tuple[str, str]]) -> int:
+        """Put ``(run id, text)`` on each run's status card while the run still waits
+        (``queued``), in one round trip, reading only each run's status and thread;
+        returns how many were shown."""
+        args: list[str | float | int] = [time.time(), PROGRESS_MAXLEN, self.keys.run("")]
+        for run_id, text in texts:
+            args += [run_id, text]
+        return int(self._places(keys=[self.keys.progress], args=args))
 
     def stop_requested(self, run_id: str) -> bool:
         return bool(self.redis.exists(self.keys.stop_flag(run_id)))

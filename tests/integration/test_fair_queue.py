@@ -17,9 +17,11 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.runs.approvals import resume
 from bot.runs.finalize import finalize_run
+from bot.runs.line import show_places
 from bot.runs.stop import stop_run
 from bot.store.approvals import ApprovalRecord
 from bot.store.jobs import SUBAGENTS_QUEUE
+from bot.store.progress import decode as decode_progress
 from bot.store.runs import Finalization
 from bot.types import RunRecord, RunStatus, ThreadRef
 from tests.integration.test_control_redis import command, spawn_run
@@ -190,6 +192,22 @@ def test_the_list_and_the_status_cards_show_the_fair_place_in_line(deps: Deps) -
     assert "#3 ⏳ queued #4 in line" in listed and "#4 ⏳ queued #5 in line" in listed
     cards = [f[b"text"].decode() for _, f in deps.redis.xrange(deps.keys.progress) if b"text" in f]
     assert cards[-3:] == ["queued · #3 in line", "queued · #4 in line", "queued · #5 in line"]
+
+
+def test_the_places_skip_a_run_that_started_and_keep_each_cards_thread(deps: Deps) -> None:
+    runs = [spawn_run(deps, thread=A, task="a0"), spawn_run(deps, thread=A, task="a1")]
+    runs += [spawn_run(deps, thread=B, task="b0"), spawn_run(deps, thread=A, task="a2")]
+    deps.runs.update(runs[3].run_id, status="running")  # started meanwhile
+    deps.redis.delete(deps.keys.progress)
+    show_places(deps)
+    entries = deps.redis.xrange(deps.keys.progress)
+    events = [decode_progress({k.decode(): v.decode() for k, v in f.items()}) for _, f in entries]
+    shown = {e.run_id: (e.thread, e.text) for e in events if e is not None}
+    assert shown == {
+        runs[0].run_id: (A, "queued · #1 in line"),
+        runs[1].run_id: (A, "queued · #2 in line"),
+        runs[2].run_id: (B, "queued · #3 in line"),
+    }
 
 
 def test_prune_forgets_sessions_that_neither_wait_nor_hold(deps: Deps) -> None:

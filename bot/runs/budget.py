@@ -219,8 +219,11 @@ class BudgetGuard:
         self, *, model: str, messages: Sequence[Any], tools: Sequence[Any]
     ) -> str | None:
         s = self.deps.settings
-        guess = estimate(messages, tools, s.openai.max_output_tokens)
         scopes = list(self.scopes_for(utc_day(time.time())))
+        if not any(scope.limited for scope in scopes):  # nothing to enforce: count it after
+            self._held = Reservation(hold_id="", scopes=tuple(scopes), ok=True)
+            return None
+        guess = estimate(messages, tools, s.openai.max_output_tokens)
         give_up = time.monotonic() + self.wait
         while True:
             held = self.deps.budgets.reserve(

@@ -155,6 +155,28 @@ def test_the_guard_warns_once_past_the_fraction_and_stops_at_the_limit(redis_url
     deps.close()
 
 
+def test_without_limits_a_call_holds_nothing_and_its_spend_is_still_counted(
+    redis_url: str,
+) -> None:
+    deps = deps_for(redis_url)
+    record = make_run(deps)
+    day = utc_day(time.time())
+    scopes = run_scopes(deps.settings, record, day)
+    assert scopes and not any(scope.limited for scope in scopes)
+    guard = BudgetGuard(deps=deps, scopes_for=lambda day: scopes)
+
+    def no_reservation(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("reserved with no limit to enforce")
+
+    deps.budgets.reserve = no_reservation  # type: ignore[method-assign]
+    for _ in range(2):
+        assert guard.before_call(model="m", messages=[{"content": "x"}], tools=[]) is None
+        guard.after_call(model="m", usage=Usage(prompt_tokens=300, completion_tokens=100))
+    assert all(deps.budgets.spent(scope).tokens == 800 for scope in scopes)
+    assert ("user", record.requester, deps.budgets.spent(scopes[-1])) in deps.budgets.day_usage(day)
+    deps.close()
+
+
 def test_a_failed_call_releases_its_hold(redis_url: str) -> None:
     deps = deps_for(redis_url, budgets={"tree_tokens": 100})
     record = make_run(deps)

@@ -32,6 +32,7 @@ from typing import TextIO
 
 from adapters.console.channel import ConsoleChannel
 from adapters.console.convert import LiveRun, LiveView, thread_ref
+from bot.aio import TrackedExecutor
 from bot.config import Settings
 from bot.console_procs import Interrupts, WorkerGroup
 from bot.console_runs import InFlight, in_flight, stop_in_flight, stopping_line, waiting_line
@@ -56,6 +57,8 @@ WORKERS_GRACE = 1.5
 """Seconds the workers get to exit after Ctrl-C before they are killed."""
 DELIVERY_GRACE = 1.5
 """Seconds the gateway gets to print the announces of the runs Ctrl-C stopped."""
+THREADS_GRACE = 2.0
+"""Seconds the calls still running in threads get to return before the private Redis stops."""
 LIVE_EVERY = 0.5
 
 
@@ -143,6 +146,7 @@ class Console:
         self.settings = settings
         self.worker_count = workers
         self.interrupts = Interrupts(on_press=self._pressed)
+        self._threads = TrackedExecutor(thread_name_prefix="console")
         self.parts = _Parts()
         self._stopping_since: float | None = None
         self._gone = asyncio.Event()  # set when the worker launcher exits on its own
@@ -155,6 +159,7 @@ class Console:
         )
 
     async def run(self, *, external_redis: bool) -> int:
+        asyncio.get_running_loop().set_default_executor(self._threads)
         self.interrupts.install()
         try:
             await self._start(external_redis=external_redis)
@@ -331,6 +336,11 @@ class Console:
         if parts.demo is not None:
             await parts.demo.aclose()
         if parts.redis is not None:
+            # A call still in a thread (a task cancelled above started it) would retry
+            # against the stopped Redis for half a minute, and the process cannot exit
+            # before it returns: let such calls finish first.
+            if not await self._threads.idle(THREADS_GRACE):
+                log.warning("%d calls still running as the private Redis stops", self._threads.busy)
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(parts.redis.stop)
         log.info("console closed")

@@ -174,6 +174,23 @@ def test_ctrl_c_stops_three_runs_and_every_process(tmp_path: Path, consoles: lis
     assert launched_by({tty.child.pid, *(p.pid for p in tree)}) == []
 
 
+def test_a_refresh_still_reading_at_ctrl_c_does_not_hold_the_exit(
+    tmp_path: Path, consoles: list[Tty]
+) -> None:
+    """The live area's first refresh is held in its thread (a failpoint) while Ctrl-C
+    closes everything. Its task is cancelled but its Redis read goes on; had the private
+    Redis stopped under it, the read would retry for ~35 s and the process could not exit."""
+    tty = Tty(tmp_path / "state", FANBOT_FAILPOINTS="console.live=sleep(1.5)")
+    consoles.append(tty)
+    tty.wait_for("type a message")
+    tty.child.sendintr()
+    tty.wait_for("(Ctrl-C again to force)", timeout=5)
+    tty.child.sendintr()
+    tty.wait_for("Forcing: killing whatever still runs.", timeout=5)
+    assert tty.wait_exit(timeout=20) == 130
+    assert "Forced to stop" in tty.text
+
+
 def test_a_long_paste_arrives_as_one_message(tmp_path: Path, consoles: list[Tty]) -> None:
     tty = Tty(tmp_path / "state", FANBOT_DEMO_SUBAGENT_DELAY="30")
     consoles.append(tty)

@@ -76,8 +76,7 @@ def run_loop(
         _append(messages, completion.as_message(), control)
         if completion.content:
             meter.last_text = completion.content
-        if not completion.tool_calls:
-            control.progress(_status(meter, "answering"))
+        if not completion.tool_calls:  # no status of its own: the run's end is next
             return LoopResult(text=completion.content, complete=True)
         run_calls(
             completion.tool_calls,

@@ -236,6 +236,28 @@ def test_cut_tool_arguments_never_run_and_are_not_sent_back() -> None:
     )
 
 
+def test_the_answer_step_puts_no_status_of_its_own_on_the_card() -> None:
+    """Each tool call shows on the status card; the answer does not (the run's end and its
+    final card follow at once: a status in between would cost an edit on the platform)."""
+    tool_step = Completion(
+        content="", tool_calls=(ToolCallRequest(id="c1", name="nothing", arguments="{}"),)
+    )
+    model = Scripted([tool_step, Completion(content="the answer")])
+    shown: list[str] = []
+    result = run_loop(
+        model=model,  # type: ignore[arg-type]
+        model_name="m",
+        messages=[{"role": "user", "content": "go"}],
+        tools=[],
+        ctx=None,  # type: ignore[arg-type]
+        max_steps=3,
+        meter=Meter(),
+        control=LoopControl(progress=shown.append),
+    )
+    assert result.text == "the answer" and result.complete
+    assert len(shown) == 1 and "🔧 nothing" in shown[0]
+
+
 # -- tool result -------------------------------------------------------------------------
 
 

@@ -3,7 +3,8 @@
 The lifecycle is here; the work is a :class:`RunBody` (the agent's tool loop, see
 :mod:`bot.agent.subagent`) that the worker passes in. Between steps the body calls the
 hooks this module gives it: the stop flag and soft deadline, steering messages from the
-run's inbox, the transcript, and progress. A heartbeat thread proves to the reaper that the
+run's inbox, the transcript, and progress. The stall watchdog's thread
+(:mod:`bot.runs.stall`) also refreshes the heartbeat that proves to the reaper that the
 process is alive. Whatever ends the body (an answer, a stop, a deadline, a model failure,
 RQ's hard timeout, a crash) ends in exactly one :func:`~bot.runs.finalize.finalize_run`.
 """
@@ -11,10 +12,7 @@ RQ's hard timeout, a crash) ends in exactly one :func:`~bot.runs.finalize.finali
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,29 +54,6 @@ class RunBody(Protocol):
         ...
 
 
-@contextmanager
-def heartbeat(deps: Deps, run_id: str) -> Iterator[None]:
-    """Refresh the run's heartbeat from a daemon thread while the body runs."""
-    stop = threading.Event()
-    every = deps.settings.subagents.heartbeat_seconds
-    ttl = deps.settings.subagents.stale_after_seconds
-
-    def beat() -> None:
-        while not stop.wait(every):
-            try:
-                deps.runs.beat(run_id, ttl=ttl)
-            except Exception:  # a Redis blip must not kill the run; the next beat retries
-                log.warning("heartbeat for %s failed", run_id, exc_info=True)
-
-    thread = threading.Thread(target=beat, name=f"heartbeat-{run_id[:8]}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=every + 1)
-
-
 def start_run(deps: Deps, run_id: str, *, resume: bool = False) -> RunStart:
     """Start executing ``run_id`` (``resume``: a parked run goes on) in one round trip:
     marked running with a first heartbeat, ``out/`` remembered, "started" on its status
@@ -106,7 +81,7 @@ def execute_run(
     if not start.started:
         return record.status.value
     meter = Meter(usage=record.usage)  # a resumed run goes on counting
-    with heartbeat(deps, run_id), stall_watch(deps, record, meter) as watch:
+    with stall_watch(deps, record, meter) as watch:
         try:
             status, text, notes = _drive(deps, record, watch.guard(body), meter, start)
         except RunParked as parked:

@@ -8,8 +8,9 @@ ending in 30s unless it moves"); still quiet after that, it ends ``timeout`` wit
 partial result and a note saying it stalled, for how long, and what it did last. A slow
 run whose tokens trickle in is never ended by this.
 
-The frame (:mod:`bot.runs.execute`) runs a watchdog thread beside the body. The decision
-is :func:`judge` (pure); the thread acts on it:
+The frame (:mod:`bot.runs.execute`) runs a watchdog thread beside the body; the same thread
+refreshes the run's heartbeat (one thread per run, not two). The decision is
+:func:`judge` (pure); the thread acts on it:
 
 1. the verdict is kept, and the body's next checkpoint raises :class:`RunStalled` (a tool
    loop between steps, a compiled runnable's wait), so the run ends through its own frame;
@@ -119,6 +120,7 @@ class StallWatch:
     limits: StallLimits
     note: str = ""
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    next_beat: float = dataclasses.field(default_factory=time.monotonic)
 
     def check(self) -> None:
         """Raise :class:`RunStalled` once the watchdog has judged the run stalled."""
@@ -145,7 +147,7 @@ class StallWatch:
     def run(self) -> None:
         period = max(0.05, min(1.0, self.limits.quiet / 5, self.limits.in_tool / 5))
         warned = False
-        while not self.done.wait(period):
+        while not self._wait(period):
             meter = self.meter
             quiet_for = time.monotonic() - meter.last_activity
             verdict = judge(quiet_for=quiet_for, in_tool=bool(meter.in_tool), limits=self.limits)
@@ -164,9 +166,31 @@ class StallWatch:
                     limits=self.limits,
                 )
                 log.warning("run %s stalled: %s", self.record.run_id, self.note)
-                if not self.done.wait(SETTLE_SECONDS):
+                if not self._wait(SETTLE_SECONDS):
                     self._end()
                 return
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep ``seconds``, refreshing the heartbeat whenever it is due; True once the
+        body has ended (the watch stops)."""
+        until = time.monotonic() + seconds
+        while True:
+            now = time.monotonic()
+            if now >= self.next_beat:
+                self.next_beat = now + self.deps.settings.subagents.heartbeat_seconds
+                self._beat()
+            left = until - now
+            if left <= 0:
+                return self.done.is_set()
+            if self.done.wait(max(0.0, min(left, self.next_beat - now))):
+                return True
+
+    def _beat(self) -> None:
+        try:
+            ttl = self.deps.settings.subagents.stale_after_seconds
+            self.deps.runs.beat(self.record.run_id, ttl=ttl)
+        except Exception:  # a Redis blip must not end the watch; the next beat retries
+            log.warning("heartbeat for %s failed", self.record.run_id, exc_info=True)
 
     def _say(self, text: str) -> None:
         try:
@@ -194,11 +218,17 @@ class StallWatch:
 
 @contextmanager
 def stall_watch(deps: Deps, record: RunRecord, meter: Meter) -> Iterator[StallWatch]:
-    """Watch ``record``'s run for stalls while the body runs (a daemon thread)."""
+    """Watch ``record``'s run for stalls while the body runs, and refresh its heartbeat
+    every ``heartbeat_seconds`` (the run's start set the first): one daemon thread."""
+    sub = deps.settings.subagents
     watch = StallWatch(
-        deps=deps, record=record, meter=meter, limits=StallLimits.of(deps.settings.subagents)
+        deps=deps,
+        record=record,
+        meter=meter,
+        limits=StallLimits.of(sub),
+        next_beat=time.monotonic() + sub.heartbeat_seconds,
     )
-    thread = threading.Thread(target=watch.run, name=f"stall-{record.run_id[:8]}", daemon=True)
+    thread = threading.Thread(target=watch.run, name=f"watch-{record.run_id[:8]}", daemon=True)
     thread.start()
     try:
         yield watch

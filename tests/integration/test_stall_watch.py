@@ -100,3 +100,33 @@ def test_a_body_that_never_reaches_a_checkpoint_is_ended_by_the_watchdog(deps: D
     assert run.status is RunStatus.TIMEOUT and run.result == "partial"
     assert "stalled" in run.notes and "last activity: started" in run.notes
     assert deps.stops.due(now=time.time() + 60) == [record.run_id]  # the hard stop re-check
+
+
+def test_the_watch_keeps_the_heartbeat_alive_through_a_long_step(redis_url: str) -> None:
+    """One thread watches for stalls and refreshes the heartbeat: a body blocked longer
+    than ``stale_after_seconds`` (a slow model call) is never taken for a dead process,
+    and the beats stop with the run."""
+    settings = Settings(
+        redis_url=redis_url,
+        openai={"models": ["m"], "model": "m"},  # type: ignore[arg-type]
+        subagents={"heartbeat_seconds": 0.05, "stale_after_seconds": 0.3},  # type: ignore[arg-type]
+    )
+    deps = Deps.build(settings, client=redis.Redis.from_url(redis_url))
+    record = spawn_run(deps)
+    beats: list[bytes | None] = []
+    threads: list[str] = []
+
+    def body(run: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
+        threads.extend(t.name for t in threading.enumerate() if t.name.endswith(run.run_id[:8]))
+        for _ in range(10):  # 1 s, blocked as in a model call: no checkpoint, no progress
+            time.sleep(0.1)
+            beats.append(deps.redis.get(deps.keys.heartbeat(run.run_id)))
+        return LoopResult(text="done", complete=True)
+
+    try:
+        assert execute_run(deps, record.run_id, body) == "success"
+        assert threads == [f"watch-{record.run_id[:8]}"]  # one thread beside the body
+        assert None not in beats and len(set(beats)) >= 5  # alive and refreshed throughout
+        assert not any(t.name == threads[0] for t in threading.enumerate())
+    finally:
+        deps.close()

@@ -23,7 +23,6 @@ from redis import Redis
 from redis.asyncio import sentinel as async_sentinel
 from redis.backoff import ExponentialBackoff
 from redis.connection import parse_url
-from redis.driver_info import DriverInfo
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
 
@@ -31,10 +30,11 @@ from bot.redis_url import SentinelTarget, is_sentinel, parse_sentinel
 
 _C = TypeVar("_C", Redis, aioredis.Redis)
 
-DRIVER = DriverInfo(name="redis-py", lib_version=redis.__version__)
-"""What each connection tells the server (``CLIENT SETINFO``), resolved once: redis-py
-otherwise reads its own package metadata for every new connection, ~1 ms each and more in
-a busy horse, where both of a job's connections are new (measured: spawn -> first request)."""
+NO_SETINFO = None
+"""``driver_info`` of the sync clients: no ``CLIENT SETINFO`` (redis-py names itself in two
+round trips on each new connection, and every run's job process makes its connections
+anew after the fork: four round trips before its first model request, for a label in
+``CLIENT LIST``)."""
 
 STALE_MASTER = ("NOREPLICAS", "UNBLOCKED")
 """Errors by which a master says a failover has begun or happened: go and ask again."""
@@ -121,7 +121,7 @@ def connect(
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
         "health_check_interval": 15,
-        "driver_info": DRIVER,
+        "driver_info": NO_SETINFO,
     }
     if retries:
         options["retry"] = Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=retries)

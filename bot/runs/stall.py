@@ -120,7 +120,7 @@ class StallWatch:
     limits: StallLimits
     note: str = ""
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
-    next_beat: float = dataclasses.field(default_factory=time.monotonic)
+    next_beat: float  # when the heartbeat is refreshed next (time.monotonic())
 
     def check(self) -> None:
         """Raise :class:`RunStalled` once the watchdog has judged the run stalled."""

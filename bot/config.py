@@ -618,7 +618,7 @@ class OpsSettings(_Section):
 
 
 class SchedulesSettings(_Section):
-    """Recurring runs (``/subagents every``; see :mod:`bot.runs.schedules`)."""
+    """Recurring runs (``/subagents every``; see :mod:`bot.runs.recurring`)."""
 
     who: Literal["admins", "anyone"] = Field(
         "admins",

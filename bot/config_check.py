@@ -13,10 +13,10 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from bot.redis_url import SCHEMES as REDIS_SCHEMES
-from bot.redis_url import problem as redis_url_detail
-from bot.redis_url import public_url as public_url  # shown in errors by its old name
-from bot.redis_url import scheme_of
+from bot.redis.url import SCHEMES as REDIS_SCHEMES
+from bot.redis.url import problem as redis_url_detail
+from bot.redis.url import public_url as public_url  # shown in errors by its old name
+from bot.redis.url import scheme_of
 
 
 def unknown_keys(data: Mapping[str, Any], model: type[BaseModel], path: str = "") -> list[str]:

@@ -34,7 +34,7 @@ class ConfigError(FanbotError):
 
 
 class DirectoryBusy(ConfigError):
-    """Another live process holds the directory's lock (:class:`bot.dirlock.DirLock`).
+    """Another live process holds the directory's lock (:class:`bot.supervise.dirlock.DirLock`).
 
     Args:
         directory: The locked directory.

@@ -132,7 +132,7 @@ class Keys:
         return f"{self.prefix}gateway:{consumer}:alive"
 
     def redis_probe(self, who: str) -> str:
-        """What :class:`bot.redis_watch.RedisWatch` writes to prove Redis takes writes."""
+        """What :class:`bot.redis.watch.RedisWatch` writes to prove Redis takes writes."""
         return f"{self.prefix}probe:{who}"
 
     def dedupe(self, platform: str, event_id: str) -> str:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, SecretStr
 from bot.config import Settings
 from bot.observe import scope as observe_scope
 from bot.observe import tracing
-from bot.redis_url import secrets_in
+from bot.redis.url import secrets_in
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _MIN_SECRET = 6  # shorter values would redact ordinary words

@@ -130,7 +130,7 @@ class Inbound:
     reply_thread: str | None = None
     """The reply thread it belongs to where the platform has them beside ``thread`` (a
     Telegram supergroup without topics: ``reply:<root message id>``); a thread-bound child's
-    own thread can be one (:mod:`bot.runs.threads`)."""
+    own thread can be one (:mod:`bot.runs.thread_children`)."""
 
     @property
     def dedupe_id(self) -> str:

@@ -14,14 +14,14 @@ from types import ModuleType
 import pytest
 import redis
 
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 
 TESTS = Path(__file__).parent
 # Every test here forks workers or runs a gateway (or console) process.
 E2E_DIRS = frozenset({"e2e", "faults"})
 # Modules whose objects start worker or gateway processes: a test module, or the module
 # of a fixture a test uses, holding one of their objects is an end-to-end test.
-HARNESS_MODULES = frozenset({"bot.testing.stack", "bot.bench.soak", "bot.console_app"})
+HARNESS_MODULES = frozenset({"bot.testing.stack", "bot.bench.soak", "bot.console.app"})
 
 
 def _modules_of(item: pytest.Item) -> Iterable[ModuleType]:

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bot.redis_server import find_redis_server
+from bot.redis.server import find_redis_server
 from bot.testing.netutil import free_port
 
 LOOPBACK = "127.0.0.1"

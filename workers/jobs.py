@@ -33,7 +33,7 @@ from bot.agent.turn import execute_turn
 from bot.config import Settings, load_settings
 from bot.deps import Deps
 from bot.observe import tracing
-from bot.observe.jobs import job_scope
+from bot.observe.job_observer import job_scope
 from bot.prices import table_cost
 from bot.runs.execute import RunBody, execute_run, start_run
 from bot.steps import LoopControl, LoopResult, Meter

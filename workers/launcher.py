@@ -34,7 +34,7 @@ from bot.errors import ConfigError, RedisUnavailable
 from bot.logs import configure as configure_logging
 from bot.observe import tracing
 from bot.observe.serve import EndpointServer, serve_worker_endpoints
-from bot.redis_watch import RedisWatch, wait_until_reachable
+from bot.redis.watch import RedisWatch, wait_until_reachable
 from bot.runs.stop import stop_run
 from bot.store.connect import connect
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from rq.job import JobStatus
 
 from bot.deps import Deps
-from bot.runs.approvals import expire_due
+from bot.runs.approval_gate import expire_due
 from bot.runs.finalize import finalize_run
 from bot.runs.join import dispatch_due, seal_abandoned
 from bot.runs.line import admit_next, after_slot_freed, show_places
-from bot.runs.schedules import fire_due
+from bot.runs.recurring import fire_due
 from bot.runs.stop import resend_hard_stops, stop_orphans
 from bot.types import RunRecord, RunStatus
 from workers.repair import repair_jobs
@@ -95,7 +95,7 @@ def sweep(deps: Deps, *, steady: Callable[[], float] | None = None) -> None:
     """One maintenance pass, if no other host holds the lock right now.
 
     ``steady`` (seconds Redis has taken writes without a break, e.g.
-    :meth:`bot.redis_watch.RedisWatch.steady_for`) holds back liveness verdicts (reaper,
+    :meth:`bot.redis.watch.RedisWatch.steady_for`) holds back liveness verdicts (reaper,
     abandoned fan-ins, lost jobs) until the runs have had ``stale_after_seconds`` to
     heartbeat again after an outage (a Sentinel failover pauses writes for about ten
     seconds). It is asked after the lock is taken: that write may have waited out an outage.

@@ -39,13 +39,13 @@ from adapters.matrix import files as mx_files
 from adapters.matrix.login import login, make_client
 from adapters.matrix.markup import Chunker, render, render_chunks
 from adapters.matrix.state import SessionFile, SessionState
-from bot.aio import cancel_all
-from bot.backoff import Backoff
-from bot.chunking import split_markdown
 from bot.config import AttachmentSettings, MatrixSettings
 from bot.errors import DeliveryError
 from bot.logs import ThrottledLog
 from bot.ports import InboundSink, OpenedThread, OutFile, PartLog
+from bot.supervise.aio import cancel_all
+from bot.supervise.backoff import Backoff
+from bot.text.chunking import split_markdown
 from bot.types import Inbound, Outbound, OutboundKind, Platform, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class MatrixChannel:
     Args:
         settings: The ``matrix`` section of the settings.
         store_path: Directory for ``session.json`` and, with encryption, nio's key store.
-        chunker: ``(markdown, *, limit) -> parts``; :func:`bot.chunking.split_markdown` by
+        chunker: ``(markdown, *, limit) -> parts``; :func:`bot.text.chunking.split_markdown` by
             default (keeps code fences balanced across parts).
     """
 

@@ -25,7 +25,7 @@ from markdown_it.token import Token
 
 
 class Chunker(Protocol):
-    """Splits markdown into parts of at most ``limit`` characters (``bot.chunking``)."""
+    """Splits markdown into parts of at most ``limit`` characters (``bot.text.chunking``)."""
 
     def __call__(self, text: str, *, limit: int) -> list[str]: ...
 

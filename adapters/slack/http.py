@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from bot import jsonsafe
+from bot.text import jsonsafe
 
 SIGNATURE_WINDOW_SECONDS = 300
 """Slack's own replay window for ``X-Slack-Request-Timestamp``."""

@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bot.aio import cancel_all
-from bot.backoff import Backoff
 from bot.logs import ThrottledLog
 from bot.ports import InboundSink
+from bot.supervise.aio import cancel_all
+from bot.supervise.backoff import Backoff
 from bot.types import Inbound
 
 log = logging.getLogger(__name__)

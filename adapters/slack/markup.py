@@ -14,7 +14,7 @@ from typing import Any
 
 from slackify_markdown.slackify import SlackifyMarkdown
 
-from bot.chunking import split_markdown
+from bot.text.chunking import split_markdown
 
 Chunker = Callable[[str, int], list[str]]
 """``(text, limit) -> parts``, each at most ``limit`` characters, code fences balanced."""
@@ -55,6 +55,6 @@ def to_mrkdwn(markdown: str) -> str:
 def split(text: str, limit: int) -> list[str]:
     """Split converted text into parts of at most ``limit`` characters, fences balanced.
 
-    Slack's code fences are markdown's, so :func:`bot.chunking.split_markdown` applies.
+    Slack's code fences are markdown's, so :func:`bot.text.chunking.split_markdown` applies.
     """
     return split_markdown(text, limit=limit)

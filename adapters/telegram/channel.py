@@ -66,12 +66,12 @@ from adapters.telegram.convert import (
 )
 from adapters.telegram.markup import Part, Splitter, render_parts
 from adapters.telegram.polling import Poller
-from bot import jsonsafe
-from bot.aio import cancel_all
 from bot.config import AttachmentSettings
 from bot.errors import DeliveryError
 from bot.logs import RedactSecrets, ThrottledLog
 from bot.ports import InboundSink, OpenedThread, OutFile, PartLog
+from bot.supervise.aio import cancel_all
+from bot.text import jsonsafe
 from bot.types import Inbound, Outbound, ThreadRef
 
 log = logging.getLogger(__name__)

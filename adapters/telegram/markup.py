@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
-from bot.chunking import split_markdown, utf16_len
+from bot.text.chunking import split_markdown, utf16_len
 
 MAX_MESSAGE = 4096
 Splitter = Callable[[str, int], list[str]]

@@ -20,8 +20,8 @@ from typing import Any
 from telegram import Bot, Update
 from telegram.error import RetryAfter, TelegramError
 
-from bot.backoff import Backoff
 from bot.logs import ThrottledLog
+from bot.supervise.backoff import Backoff
 
 log = logging.getLogger(__name__)
 

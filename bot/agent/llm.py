@@ -16,9 +16,9 @@ from typing import Any
 
 import openai
 
-from bot.clip import cut_note
 from bot.config import OpenAISettings
 from bot.observe.scope import model_call as observe_model_call
+from bot.text.clip import cut_note
 from bot.types import Usage
 
 OFFLINE_BASE_URL_HINT = "no model endpoint configured"

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pydantic import BaseModel, Field
 
 from bot.agent.context import ToolContext
-from bot.agent.spawn import SpawnArgs, TypeList, spawn, spawn_args_for
+from bot.agent.spawn_tool import SpawnArgs, TypeList, spawn, spawn_args_for
 from bot.agent.subagent_types import subagent_types
 from bot.agent.tools import NoArgs, Tool
 from bot.config import Settings

@@ -32,16 +32,16 @@ from bot.agent.model_errors import model_error_text
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import subagent_types, tools_for_type
 from bot.agent.tools import Tool
-from bot.clip import clip
 from bot.deps import Deps
 from bot.errors import ModelCallFailed, RunFailed, RunParked
-from bot.runs.approvals import denied_result, needs_approval, park_for
-from bot.runs.catalog import system_prompt
+from bot.runs.approval_gate import denied_result, needs_approval, park_for
 from bot.runs.join import continuation_prompt, may_nest, plan_run_join
 from bot.runs.render import ANNOUNCE_SKIP
 from bot.runs.send import continuation
+from bot.runs.type_registry import system_prompt
 from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.approvals import ApprovalState, PendingCall
+from bot.text.clip import clip
 from bot.types import RunContext, RunRecord
 
 FORK_MAX_MESSAGES = 20

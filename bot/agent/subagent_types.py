@@ -1,4 +1,4 @@
-"""The tools each subagent type gets (the types themselves are in :mod:`bot.runs.catalog`)."""
+"""The tools each subagent type gets (the types themselves are in :mod:`bot.runs.type_registry`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from bot.agent import policy
 from bot.agent.tools import SESSION_TOOLS, Tool
-from bot.agent.tools.catalog import all_tools
+from bot.agent.tools.toolbox import all_tools
 from bot.config import Settings, SubagentType
-from bot.runs.catalog import GENERAL_PURPOSE, subagent_types
+from bot.runs.type_registry import GENERAL_PURPOSE, subagent_types
 
 __all__ = ["GENERAL_PURPOSE", "available_tools", "subagent_types", "tools_for_type"]
 

@@ -21,7 +21,6 @@ from bot.agent.model_errors import model_error_text
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools
 from bot.agent.tools import Tool
-from bot.clip import clip_markdown
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import BudgetExceeded, RunInterrupted
@@ -31,6 +30,7 @@ from bot.runs.join import JoinPlan, chain_exhausted, continuation_prompt, plan_j
 from bot.sessions import qualified_user
 from bot.store.jobs import TurnJob
 from bot.store.streams import put_outbound
+from bot.text.clip import clip_markdown
 from bot.types import Outbound, OutboundKind, ThreadRef
 
 log = logging.getLogger(__name__)

@@ -1,2 +1,2 @@
 """Benchmarks behind ``fanbot bench``: :mod:`~bot.bench.soak`, :mod:`~bot.bench.latency`,
-:mod:`~bot.bench.stop`. They measure; the test suite asserts behaviour."""
+:mod:`~bot.bench.stop_latency`. They measure; the test suite asserts behaviour."""

@@ -5,7 +5,7 @@ Processes: a private Redis; ``fanbot gateway`` with the Telegram channel pointed
 processes (``subagents.max_concurrent`` = workers); and as many plain RQ workers
 (:mod:`bot.bench.bare`) on their own queue. The fake model and the fake Bot API run in this
 process, so their clocks are this process's. Runs are created by the real spawn path
-(:func:`bot.agent.spawn.spawn`); the phases run one after the other, never side by side, so
+(:func:`bot.agent.spawn_tool.spawn`); the phases run one after the other, never side by side, so
 fanbot and the baseline never compete for the cores. Each repetition measures every row of
 :data:`bot.bench.compare_report.ROWS`; the table shows min / median / p99 over repetitions.
 """
@@ -34,14 +34,14 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from bot.agent.context import ToolContext
-from bot.agent.spawn import SpawnArgs, spawn
+from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.bench import bare
 from bot.bench.compare_report import CompareResult
 from bot.bench.stats import percentile
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import FanbotError
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 from bot.sessions import qualified_user, requester_session_key
 from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.testing.fake_openai import FakeOpenAI

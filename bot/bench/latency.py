@@ -17,7 +17,7 @@ import redis
 from bot.bench.stats import summary
 from bot.keys import Keys
 from bot.ports import PartLog
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 from bot.store.runs import RunsRegistry
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI

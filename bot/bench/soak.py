@@ -4,7 +4,7 @@ Processes: a private Redis, ``fanbot gateway`` as a child process with the Teleg
 pointed at :class:`~bot.testing.fake_telegram.FakeTelegram`, and forked ``fanbot worker``
 processes; the fake model (:class:`~bot.testing.fake_openai.FakeOpenAI`) and the fake Bot
 API run in this process. Runs are created by the real spawn path
-(:func:`bot.agent.spawn.spawn`) into forum topics, so their announces travel worker ->
+(:func:`bot.agent.spawn_tool.spawn`) into forum topics, so their announces travel worker ->
 outbox -> gateway -> Telegram like any other. The model answers after a random delay, or
 fails (HTTP 500 every time, HTTP 429 once), or hangs past the run timeout (see
 :mod:`bot.bench.soak_plan`); a few Telegram sends fail with 429/502 too.
@@ -34,14 +34,14 @@ from rq import Worker
 from rq.registry import FailedJobRegistry
 
 from bot.agent.context import ToolContext
-from bot.agent.spawn import SpawnArgs, spawn
+from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.bench import probes
 from bot.bench.soak_plan import HANG_RUN_TIMEOUT, Kind, PlannedRun, SoakModel, make_plan
 from bot.bench.soak_report import MIB, Rss, SoakResult, announces, compare
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import FanbotError
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 from bot.sessions import qualified_user, requester_session_key
 from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.testing.fake_openai import FakeOpenAI

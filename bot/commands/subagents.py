@@ -3,10 +3,10 @@
 :func:`parse_subagents` turns the arguments into a request (pure, table-tested); the
 handlers find the runs in scope, resolve the id and check the actor
 (:mod:`bot.runs.access`), act (:mod:`bot.runs.stop`, :mod:`bot.runs.send`) and answer with
-short markdown (:mod:`~bot.commands.render`). No handler raises on user input.
-``spawn`` (:mod:`bot.commands.spawn`) and ``every|schedules|unschedule``
-(:mod:`bot.commands.schedules`) parse their own arguments (:data:`OWN_HANDLERS`). ``send``
-to a running run answers with a steer receipt (:mod:`bot.runs.receipts`), edited as the
+short markdown (:mod:`~bot.commands.answers`). No handler raises on user input.
+``spawn`` (:mod:`bot.commands.spawn_command`) and ``every|schedules|unschedule``
+(:mod:`bot.commands.schedule_chat`) parse their own arguments (:data:`OWN_HANDLERS`). ``send``
+to a running run answers with a steer receipt (:mod:`bot.runs.steer_receipts`), edited as the
 message is read or missed.
 """
 
@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from bot.commands import schedules as schedule_commands
+from bot.commands import schedule_chat as schedule_commands
+from bot.commands.answers import render_family, render_info, render_list, render_log, run_name
 from bot.commands.parse import Command
-from bot.commands.render import render_family, render_info, render_list, render_log, run_name
 from bot.commands.router import CommandRequest, CommandRouter, early_reply
-from bot.commands.spawn import handle_spawn
+from bot.commands.spawn_command import handle_spawn
 from bot.runs.access import (
     Actor,
     Resolution,
@@ -33,10 +33,10 @@ from bot.runs.access import (
 from bot.runs.budget import run_spend
 from bot.runs.join import cancel_joins
 from bot.runs.logview import read_log
-from bot.runs.receipts import new_receipt, receipt_text
 from bot.runs.send import SendOutcome, send
+from bot.runs.steer_receipts import new_receipt, receipt_text
 from bot.runs.stop import running_turn, stop_run, stop_turn
-from bot.runs.threads import bound_run, close_thread
+from bot.runs.thread_children import bound_run, close_thread
 from bot.store.receipts import Receipt
 from bot.store.streams import put_outbound
 from bot.types import RunRecord, RunStatus

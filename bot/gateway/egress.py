@@ -24,7 +24,6 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from bot.aio import cancel_all
 from bot.config import GatewaySettings
 from bot.gateway import delivery as d
 from bot.gateway.lane import Lane, Turn
@@ -39,6 +38,7 @@ from bot.gateway.sender import (
 from bot.keys import Keys
 from bot.ports import OutboundChannel
 from bot.store.outbox import Outbox
+from bot.supervise.aio import cancel_all
 from bot.types import ThreadRef
 
 __all__ = ["Egress", "reraise_if_cancelling"]

@@ -16,7 +16,6 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-from bot.clip import clip
 from bot.commands.parse import parse_command
 from bot.commands.router import CommandRequest, CommandRouter, reply_key
 from bot.config import PlatformAccess, Settings
@@ -24,15 +23,16 @@ from bot.deps import Deps
 from bot.errors import InboundBusy
 from bot.gateway.inbox import save_attachments
 from bot.observe import tracing
-from bot.runs import approvals
+from bot.runs import approval_gate as approvals
 from bot.runs.access import Actor, may_control
-from bot.runs.approvals import DecisionRequest, parse_decision
+from bot.runs.approval_gate import DecisionRequest, parse_decision
 from bot.runs.send import SendOutcome, send
-from bot.runs.threads import bound_run
+from bot.runs.thread_children import bound_run
 from bot.sessions import requester_session_key
 from bot.store.dedupe import Claimed, Dedupe
 from bot.store.jobs import TurnJob, new_turn_job_id
 from bot.store.streams import put_outbound
+from bot.text.clip import clip
 from bot.types import Inbound, Outbound, OutboundKind, RunRecord
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-from bot.aio import cancel_all
+from bot.supervise.aio import cancel_all
 
 __all__ = ["AHEAD", "Lane", "Turn"]
 

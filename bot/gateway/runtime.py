@@ -20,7 +20,6 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
-from bot.aio import cancel_all
 from bot.commands import default_router
 from bot.commands.router import CommandRouter
 from bot.config import Settings
@@ -29,9 +28,9 @@ from bot.errors import InboundBusy, RedisUnavailable
 from bot.gateway.egress import Egress
 from bot.gateway.ingress import Ingress, IngressResult
 from bot.gateway.ops import ops_routes
-from bot.gateway.progress import ProgressRenderer
 from bot.gateway.starter import AdapterStarter, platform_urls
-from bot.gateway.threads import ThreadOpenings
+from bot.gateway.status_cards import ProgressRenderer
+from bot.gateway.thread_opener import ThreadOpenings
 from bot.observe.gateway import (
     GatewayObserver,
     adapter_checks,
@@ -44,9 +43,10 @@ from bot.observe.gateway import (
 )
 from bot.observe.health import Check
 from bot.ports import ChannelAdapter
-from bot.redis_watch import RedisWatch
-from bot.runs.progress import card_title
+from bot.redis.watch import RedisWatch
+from bot.runs.progress_lines import card_title
 from bot.store.connect import connect_async
+from bot.supervise.aio import cancel_all
 from bot.types import Inbound, ThreadRef
 
 log = logging.getLogger(__name__)

@@ -26,16 +26,16 @@ from typing import TypeVar
 import redis.asyncio as aioredis
 
 from bot import failpoints
-from bot.aio import cancel_all
 from bot.errors import DeliveryError
 from bot.gateway import delivery as d
 from bot.gateway.lane import Turn
-from bot.gateway.threads import ThreadOpenings
-from bot.observe import catalog
+from bot.gateway.thread_opener import ThreadOpenings
+from bot.observe import metric_defs as catalog
 from bot.observe.gateway import GatewayObserver, delivered_updates, observed_delivery
 from bot.ports import FileChannel, OutboundChannel, OutFile, PartLog
 from bot.store.metrics import Update
 from bot.store.outbox import Outbox, Snapshot, entry_time
+from bot.supervise.aio import cancel_all
 from bot.types import Outbound, OutboundKind, ThreadRef
 
 # Delivery log lines keep the logger name they always had: operators filter on it.

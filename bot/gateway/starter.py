@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 import aiohttp
 import httpx
 
-from bot.aio import cancel_all
-from bot.backoff import Backoff
 from bot.config import Settings
 from bot.config_check import public_url
 from bot.errors import ConfigError
 from bot.ports import ChannelAdapter, InboundSink
+from bot.supervise.aio import cancel_all
+from bot.supervise.backoff import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,8 @@ from aiohttp import web
 from bot.config import Settings
 from bot.deps import Deps
 from bot.keys import Keys
-from bot.observe import catalog, tracing
+from bot.observe import metric_defs as catalog
+from bot.observe import tracing
 from bot.observe.export import CONTENT_TYPE_LATEST, render, scrape_deps
 from bot.observe.health import ALIVE, Check, verdict
 from bot.store.metrics import MetricsStore, Update

@@ -11,7 +11,7 @@ import logging
 from redis.exceptions import RedisError
 
 from bot.deps import Deps
-from bot.observe import catalog
+from bot.observe import metric_defs as catalog
 from bot.store.metrics import MetricsStore, Update
 from bot.types import RunRecord, RunStatus
 

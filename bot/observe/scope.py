@@ -1,6 +1,6 @@
 """What the current job is, for logs, metrics and spans deep inside it (contextvars).
 
-A job entry point (:func:`bot.observe.jobs.job_scope`) binds a :class:`Scope`: the run id
+A job entry point (:func:`bot.observe.job_observer.job_scope`) binds a :class:`Scope`: the run id
 and session key that JSON log lines carry, and the callbacks the model client reports to
 (:func:`model_call`). Code that runs outside any job (the gateway, a test) sees the empty
 scope, whose callbacks are absent: reporting is a no-op there.

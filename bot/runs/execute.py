@@ -28,14 +28,14 @@ from bot.errors import (
     RunStalled,
     RunStopped,
 )
-from bot.runs.approvals import post_request
+from bot.runs.approval_gate import post_request
 from bot.runs.budget import run_guard
 from bot.runs.finalize import finalize_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import out_snapshot
-from bot.runs.progress import TOOLS_FIELD, save_tool_count, step_event
-from bot.runs.receipts import read_inbox
+from bot.runs.progress_lines import TOOLS_FIELD, save_tool_count, step_event
 from bot.runs.stall import stall_watch
+from bot.runs.steer_receipts import read_inbox
 from bot.steps import LoopControl, LoopResult, Message, Meter
 from bot.store.runs import RunStart
 from bot.store.streams import ProgressEvent, put_progress

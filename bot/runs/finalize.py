@@ -18,7 +18,7 @@ from bot.observe import tracing
 from bot.runs.join import after_last_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import announce_files
-from bot.runs.progress import TOOLS_FIELD, final_event
+from bot.runs.progress_lines import TOOLS_FIELD, final_event
 from bot.runs.render import (
     ANNOUNCE_SKIP,
     estimate_cost,

@@ -33,8 +33,8 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.observe import tracing
 from bot.runs.access import Actor
-from bot.runs.catalog import subagent_types
 from bot.runs.render import history_note, title
+from bot.runs.type_registry import subagent_types
 from bot.sessions import qualified_user
 from bot.store.jobs import RunJobSpec, TurnJob
 from bot.store.joins import JoinRecord

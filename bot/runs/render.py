@@ -25,9 +25,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from bot.clip import split_note
 from bot.config import Price
 from bot.prices import table_cost
+from bot.text.clip import split_note
 from bot.types import ResultFormat, RunRecord, RunStatus, Usage
 
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"

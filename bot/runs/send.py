@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.deps import Deps
-from bot.runs.receipts import settle
 from bot.runs.spawn import enqueue_run
+from bot.runs.steer_receipts import settle
 from bot.store.receipts import ReceiptState
 from bot.types import RunRecord, RunStatus
 
@@ -52,7 +52,7 @@ def send(
 ) -> SendResult:
     """Deliver ``message`` to ``record``'s child session; ``requester`` is ``platform:user``.
 
-    ``receipt`` tracks a steering message (:mod:`bot.runs.receipts`): whoever takes it out
+    ``receipt`` tracks a steering message (:mod:`bot.runs.steer_receipts`): whoever takes it out
     of the inbox (the run, or its end) settles the receipt.
     """
     record = deps.runs.get(record.run_id) or record

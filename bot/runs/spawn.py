@@ -19,18 +19,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bot.clip import clip
 from bot.config import THINKING_LEVELS, Settings
 from bot.deps import Deps
 from bot.errors import SpawnRejected
 from bot.observe import record as observed
 from bot.observe import tracing
 from bot.runs.budget import SpawnBudget, spawn_limits
-from bot.runs.catalog import subagent_types
 from bot.runs.line import show_places
-from bot.runs.threads import request_thread
+from bot.runs.thread_children import request_thread
+from bot.runs.type_registry import subagent_types
 from bot.sessions import new_child_session_key
 from bot.store.jobs import RunJobSpec
+from bot.text.clip import clip
 from bot.types import Cleanup, ResultFormat, RunContext, RunRecord, ThreadRef
 
 KnownModels = Callable[[], frozenset[str] | None]
@@ -61,7 +61,7 @@ class SpawnRequest:
         max_tokens: Requested token limit of the run (see :mod:`bot.runs.budget`).
         max_cost_usd: Requested USD limit of the run.
         notes: Warnings its announce carries from the start (a schedule that fired late).
-        own_thread: Give it a thread of its own (:mod:`bot.runs.threads`).
+        own_thread: Give it a thread of its own (:mod:`bot.runs.thread_children`).
         fork_message: The spawning turn's own message, for a ``fork`` context.
         run_id: A fixed id (a schedule's tick, so a retried firing is the same run);
             "" = a new one.

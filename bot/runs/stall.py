@@ -36,7 +36,7 @@ from bot.config import SubagentSettings
 from bot.deps import Deps
 from bot.errors import RunStalled
 from bot.runs.finalize import finalize_run
-from bot.runs.progress import step_event
+from bot.runs.progress_lines import step_event
 from bot.runs.render import format_duration
 from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.streams import put_progress

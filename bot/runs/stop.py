@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 
 from bot.deps import Deps
-from bot.runs.approvals import RESUME_PREFIX, withdraw
+from bot.runs.approval_gate import RESUME_PREFIX, withdraw
 from bot.runs.finalize import finalize_run
 from bot.runs.join import JOB_PREFIX
 from bot.runs.render import format_duration, format_tokens, run_name

@@ -1,6 +1,6 @@
 """The Redis clients every process builds the same way, from ``FANBOT_REDIS_URL``.
 
-One place turns the URL (see :mod:`bot.redis_url` for its forms: TCP, TLS, ACL user,
+One place turns the URL (see :mod:`bot.redis.url` for its forms: TCP, TLS, ACL user,
 unix socket, Sentinel) into a client, sync for workers and stores, async for the gateway's
 streams; nothing else in fanbot calls ``Redis.from_url``.
 
@@ -26,7 +26,7 @@ from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
 
-from bot.redis_url import SentinelTarget, is_sentinel, parse_sentinel
+from bot.redis.url import SentinelTarget, is_sentinel, parse_sentinel
 
 _C = TypeVar("_C", Redis, aioredis.Redis)
 

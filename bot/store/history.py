@@ -11,8 +11,8 @@ from typing import Any
 
 import redis
 
-from bot.clip import clip
 from bot.keys import Keys
+from bot.text.clip import clip
 
 Message = dict[str, Any]
 

@@ -401,7 +401,7 @@ class RunsRegistry:
         return bool(self.redis.exists(self.keys.stop_flag(run_id)))
 
     def push_inbox(self, run_id: str, message: str, *, receipt: str = "") -> None:
-        """Queue ``message`` for the run; ``receipt`` (a receipt id, :mod:`bot.runs.receipts`)
+        """Queue ``message`` for the run; ``receipt`` (a receipt id, :mod:`bot.runs.steer_receipts`)
         travels beside it in a parallel list written in the same transaction."""
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.rpush(self.keys.inbox(run_id), message)

@@ -13,9 +13,9 @@ from typing import Any
 
 import redis
 
-from bot.clip import clip
 from bot.keys import Keys, glob_escape
 from bot.store import as_text
+from bot.text.clip import clip
 
 _BEGIN = """
 if redis.call('EXISTS', KEYS[1]) == 1 then

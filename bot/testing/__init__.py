@@ -12,7 +12,7 @@ Example::
         client = AsyncOpenAI(base_url=llm.base_url, api_key="x")
 """
 
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_slack import FakeSlack

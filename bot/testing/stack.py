@@ -1,7 +1,7 @@
 """An end-to-end harness: the real gateway in-process plus forked ``fanbot worker`` processes.
 
 Use it to test a bot the way it runs in production: real Redis (give it a URL, e.g. from
-:class:`bot.redis_server.RedisServer`), real RQ workers in other processes, and the fakes
+:class:`bot.redis.server.RedisServer`), real RQ workers in other processes, and the fakes
 in :mod:`bot.testing` standing in for the model and the platforms::
 
     values = {"redis_url": url, "openai": {"base_url": fake.base_url}}
@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.childproc import stop_process
 from bot.config import Settings
 from bot.ports import ChannelAdapter
+from bot.supervise.childproc import stop_process
 from bot.testing.wait import until
 
 if TYPE_CHECKING:

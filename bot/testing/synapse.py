@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bot.childproc import stop_process
+from bot.supervise.childproc import stop_process
 from bot.testing.netutil import free_port
 
 SERVER_NAME = "localhost"

@@ -5,7 +5,7 @@ The benchmark lives in :mod:`bot.bench.latency`; ``fanbot bench latency`` runs i
 
 import sys
 
-from bot.bench.cli import app
+from bot.bench.bench_commands import app
 
 if __name__ == "__main__":
     app(["latency", *sys.argv[1:]], prog_name="fanbot bench")

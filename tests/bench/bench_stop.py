@@ -1,11 +1,11 @@
 """Kept for ``python -m tests.bench.bench_stop [stops]``.
 
-The benchmark lives in :mod:`bot.bench.stop`; ``fanbot bench stop --stops N`` runs it too.
+The benchmark lives in :mod:`bot.bench.stop_latency`; ``fanbot bench stop --stops N`` runs it too.
 """
 
 import sys
 
-from bot.bench.cli import app
+from bot.bench.bench_commands import app
 
 if __name__ == "__main__":
     app(

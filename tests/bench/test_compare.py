@@ -17,7 +17,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from bot.bench.cli import app
+from bot.bench.bench_commands import app
 from bot.bench.compare import CompareConfig, run_compare
 from bot.bench.compare_report import ROWS, CompareResult
 

@@ -21,7 +21,6 @@ import redis
 
 from adapters.slack import build
 from bot.agent.tools import NoArgs, Tool
-from bot.clip import cut_note
 from bot.config import Settings
 from bot.keys import Keys
 from bot.testing import slack_wire
@@ -31,6 +30,7 @@ from bot.testing.fake_slack import FakeSlack
 from bot.testing.netutil import LOOPBACK, free_port
 from bot.testing.scripted import Call, ChatRequest, ScriptedModel, Text, ToolCalls, is_subagent
 from bot.testing.stack import Stack
+from bot.text.clip import cut_note
 from bot.types import Usage
 from tests.e2e.conftest import stack_values
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 from bot.deps import Deps
-from bot.runs.schedules import schedule_store
+from bot.runs.recurring import schedule_store
 from bot.sessions import requester_session_key
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI

@@ -21,7 +21,6 @@ from rq import Queue
 
 from adapters.telegram import build
 from adapters.telegram.channel import SECRET_HEADER
-from bot.chunking import utf16_len
 from bot.config import Settings
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_telegram import FakeTelegram, SentMessage, forum, group
@@ -29,6 +28,7 @@ from bot.testing.netutil import LOOPBACK, free_port
 from bot.testing.scripted import Call, ChatRequest, Reply, ScriptedModel, Text, ToolCalls
 from bot.testing.scripted import is_subagent as _is_subagent
 from bot.testing.stack import Stack
+from bot.text.chunking import utf16_len
 from tests.e2e.conftest import stack_values
 
 pytestmark = pytest.mark.e2e

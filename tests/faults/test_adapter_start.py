@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+from bot.cli.wiring import build_adapters
 from bot.config import Settings
 from bot.store.outbox import put_outbound
 from bot.testing.fake_openai import FakeOpenAI
@@ -22,7 +23,6 @@ from bot.testing.fake_telegram import FakeTelegram, forum
 from bot.testing.scripted import ChatRequest, ScriptedModel, Text
 from bot.testing.stack import Stack
 from bot.types import Outbound, OutboundKind, ThreadRef
-from bot.wiring import build_adapters
 from tests.e2e.conftest import stack_values
 
 pytestmark = pytest.mark.e2e

@@ -38,7 +38,7 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.gateway.runtime import Gateway
 from bot.ports import ChannelAdapter
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 from bot.testing import until
 from bot.testing.fake_slack import FakeSlack, HttpResult
 from bot.testing.fake_telegram import FakeTelegram, private, user

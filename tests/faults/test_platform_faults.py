@@ -27,8 +27,8 @@ import redis
 
 from adapters.slack import build as build_slack
 from adapters.telegram import build as build_telegram
+from bot.cli.doctor import Check, check_dead_letters
 from bot.config import Settings
-from bot.doctor import Check, check_dead_letters
 from bot.keys import Keys
 from bot.store.runs import RunsRegistry
 from bot.testing.fake_openai import FakeOpenAI

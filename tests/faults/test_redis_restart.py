@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from bot.aio import cancel_all
 from bot.config import GatewaySettings
 from bot.gateway.egress import Egress
 from bot.gateway.runtime import async_client
 from bot.keys import Keys
 from bot.ports import PartLog
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 from bot.store.outbox import put_outbound
 from bot.store.runs import RunsRegistry
+from bot.supervise.aio import cancel_all
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.scripted import ScriptedModel, Text

@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, event, given
 from hypothesis import strategies as st
 
 from bot.commands import default_router
+from bot.commands.answers import LOG_LINE_CHARS, log_line, render_info, render_list, render_log
 from bot.commands.parse import MAX_ARGS_CHARS, parse_command
-from bot.commands.render import LOG_LINE_CHARS, log_line, render_info, render_list, render_log
 from bot.commands.router import CommandRequest
 from bot.commands.subagents import LOG_MAX, SUBCOMMANDS, parse_subagents
 from bot.config import Settings

@@ -28,9 +28,9 @@ from adapters.matrix.convert import message_content
 from adapters.matrix.markup import render_chunks
 from adapters.slack import markup as slack
 from adapters.telegram.markup import MAX_MESSAGE, render_parts
-from bot.chunking import split_markdown, utf16_len
 from bot.config import MatrixSettings, SlackSettings
 from bot.testing.telegram_html import visible_text
+from bot.text.chunking import split_markdown, utf16_len
 from tests.fuzz import fuzz_settings
 
 FUZZ = fuzz_settings()

@@ -12,7 +12,7 @@ from bot.agent.llm import ChatModel
 from bot.agent.subagent import SubagentBody
 from bot.config import Settings
 from bot.deps import Deps
-from bot.runs.approvals import DecisionRequest, decide
+from bot.runs.approval_gate import DecisionRequest, decide
 from bot.runs.execute import execute_run
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.scripted import Call, ChatRequest, Reply, ScriptedModel, Text, ToolCalls

@@ -8,7 +8,7 @@ import threading
 import time
 
 from bot.deps import Deps
-from bot.runs.approvals import DecisionRequest, decide, expire_due
+from bot.runs.approval_gate import DecisionRequest, decide, expire_due
 from bot.runs.stop import stop_run
 from bot.store.approvals import ApprovalRecord, ApprovalState, PendingCall
 from bot.store.jobs import SUBAGENTS_QUEUE

@@ -25,7 +25,7 @@ from bot.runs.budget import (
     spawn_limits,
     utc_day,
 )
-from bot.runs.catalog import subagent_types
+from bot.runs.type_registry import subagent_types
 from bot.store.budgets import Budgets, Scope
 from bot.types import Usage
 from tests.integration.test_finalize import deps_for, make_run

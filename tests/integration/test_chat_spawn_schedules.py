@@ -11,8 +11,7 @@ import redis
 
 from bot.config import Settings
 from bot.deps import Deps
-from bot.runs.schedule_spec import Every
-from bot.runs.schedules import (
+from bot.runs.recurring import (
     UNFINISHED_AFTER_SECONDS,
     NewSchedule,
     add_schedule,
@@ -20,6 +19,7 @@ from bot.runs.schedules import (
     schedule_store,
     tick_run_id,
 )
+from bot.runs.schedule_spec import Every
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.store.schedules import ScheduleStore
 from bot.types import RunStatus, ThreadRef

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.dirlock import DirLock
 from bot.errors import ConfigError, DirectoryBusy
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
+from bot.supervise.dirlock import DirLock
 
-HOLD = "import sys, time; from bot.dirlock import DirLock; DirLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)"
+HOLD = "import sys, time; from bot.supervise.dirlock import DirLock; DirLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)"
 
 
 def test_a_held_lock_refuses_others_and_names_its_holder(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from rq.serializers import JSONSerializer
 
 from bot.agent.context import ToolContext
 from bot.agent.session_tools import SESSION_TOOLS_LIST
-from bot.agent.spawn import SpawnArgs, spawn
+from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.agent.tools import execute_tool
 from bot.commands import default_router
 from bot.commands.parse import parse_command

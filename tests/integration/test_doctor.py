@@ -185,8 +185,8 @@ async def test_an_unreachable_telegram_api(
 
 
 def test_doctor_prints_each_agents_effective_tools(redis_url: str) -> None:
+    from bot.cli.doctor import check_tools
     from bot.config import Settings
-    from bot.doctor import check_tools
 
     settings = Settings(
         redis_url=redis_url,
@@ -200,8 +200,8 @@ def test_doctor_prints_each_agents_effective_tools(redis_url: str) -> None:
 
 
 def test_doctor_says_whether_web_search_is_offered() -> None:
+    from bot.cli.doctor import check_search
     from bot.config import Settings
-    from bot.doctor import check_search
 
     missing = check_search(Settings())
     assert missing.mark == "warn" and "FANBOT_SEARCH__PROVIDER" in missing.detail

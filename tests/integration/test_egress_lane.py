@@ -13,8 +13,8 @@ from bot.config import GatewaySettings, Settings
 from bot.deps import Deps
 from bot.errors import DeliveryError
 from bot.gateway.egress import Egress
-from bot.gateway.progress import ProgressRenderer
 from bot.gateway.runtime import Gateway
+from bot.gateway.status_cards import ProgressRenderer
 from bot.keys import Keys
 from bot.ports import PartLog
 from bot.store.outbox import GROUP, Outbox

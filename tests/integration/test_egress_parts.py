@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import pytest
 import redis.asyncio as aioredis
 
-from bot.aio import cancel_all
 from bot.config import GatewaySettings
 from bot.gateway.egress import Egress
 from bot.keys import Keys
 from bot.ports import OutFile, PartLog
+from bot.supervise.aio import cancel_all
 from bot.testing import until
 from bot.types import Outbound, ThreadRef
 

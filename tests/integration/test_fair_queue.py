@@ -15,7 +15,7 @@ from rq.serializers import JSONSerializer
 
 from bot.config import Settings
 from bot.deps import Deps
-from bot.runs.approvals import resume
+from bot.runs.approval_gate import resume
 from bot.runs.finalize import finalize_run
 from bot.runs.line import show_places
 from bot.runs.stop import stop_run

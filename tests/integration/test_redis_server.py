@@ -2,7 +2,7 @@ from pathlib import Path
 
 import redis
 
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 
 
 def test_private_redis_keeps_data_across_restart(tmp_path: Path) -> None:

@@ -14,10 +14,10 @@ from urllib.parse import quote
 import pytest
 import redis
 
+from bot.cli.doctor import check_redis
 from bot.config import Settings
-from bot.doctor import check_redis
 from bot.errors import ConfigError
-from bot.redis_watch import wait_until_reachable
+from bot.redis.watch import wait_until_reachable
 from bot.store.connect import connect, connect_async
 from bot.testing.netutil import free_port
 from tests.redis_support import (

@@ -19,7 +19,7 @@ import pytest
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import RunStopped
-from bot.observe.jobs import job_scope
+from bot.observe.job_observer import job_scope
 from bot.runs.execute import execute_run, start_run
 from bot.runs.finalize import finalize_run
 from bot.runs.outfiles import SNAPSHOT_FIELD, announce_files

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from bot.agent.context import ToolContext
-from bot.agent.spawn import SpawnArgs, spawn
+from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.errors import SpawnRejected
 from bot.runs.finalize import finalize_run
 from bot.runs.join import may_nest, plan_run_join

@@ -26,7 +26,6 @@ import redis
 
 from bot.agent.context import ToolContext
 from bot.agent.tools import execute_tool
-from bot.agent.tools.catalog import all_tools
 from bot.agent.tools.sandbox import (
     SCRATCH_PREFIX,
     STALE_SECONDS,
@@ -34,9 +33,10 @@ from bot.agent.tools.sandbox import (
     sandbox_status,
     sandbox_tools,
 )
+from bot.agent.tools.toolbox import all_tools
+from bot.cli.doctor import check_sandbox
 from bot.config import Settings
 from bot.deps import Deps
-from bot.doctor import check_sandbox
 from bot.testing import wait_until
 from bot.types import ThreadRef
 

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 
 from bot.deps import Deps
 from bot.runs.finalize import finalize_run
-from bot.runs.receipts import read_inbox, receipts_of
+from bot.runs.steer_receipts import read_inbox, receipts_of
 from bot.store.receipts import ReceiptState
 from bot.testing import MemoryChannel
 from bot.types import Outbound, RunStatus, ThreadRef

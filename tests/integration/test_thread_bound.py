@@ -9,15 +9,15 @@ from typing import Any, cast
 import pytest
 
 from bot.agent.context import ToolContext
-from bot.agent.spawn import SpawnArgs, spawn
+from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.commands import default_router
 from bot.deps import Deps
 from bot.errors import DeliveryError
 from bot.gateway.ingress import Ingress
-from bot.gateway.threads import ThreadOpenings
+from bot.gateway.thread_opener import ThreadOpenings
 from bot.ports import OpenedThread, OutboundChannel
 from bot.runs.finalize import finalize_run
-from bot.runs.threads import (
+from bot.runs.thread_children import (
     bindings,
     copy_to_parent,
     open_key,

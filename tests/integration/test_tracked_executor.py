@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.aio import TrackedExecutor
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 from bot.store.connect import connect
+from bot.supervise.aio import TrackedExecutor
 
 
 def test_idle_waits_for_the_calls_running_and_says_when_one_outlasts_it() -> None:

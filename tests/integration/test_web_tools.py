@@ -19,9 +19,9 @@ import pytest
 from aiohttp import web
 
 from bot.agent.tools import Tool, execute_tool
-from bot.agent.tools.catalog import all_tools
 from bot.agent.tools.fetch import Fetcher
 from bot.agent.tools.ssrf import IPAddress
+from bot.agent.tools.toolbox import all_tools
 from bot.agent.tools.web import web_tools
 from bot.config import Settings
 from tests.integration.web_support import make_authority, serve, tool_context

@@ -6,8 +6,8 @@ import asyncio
 from pathlib import Path
 
 from adapters.matrix.channel import MatrixChannel
-from bot.aio import cancel_all
 from bot.config import MatrixSettings
+from bot.supervise.aio import cancel_all
 
 
 async def _swallows_first_cancel(swallowed: list[int]) -> None:

@@ -11,9 +11,9 @@ import pytest
 from adapters.matrix import convert as mx
 from adapters.slack import convert as sl
 from adapters.telegram import convert as tg
-from bot.commands.render import _state
+from bot.commands.answers import _state
 from bot.config import Settings, SubagentType
-from bot.runs.approvals import (
+from bot.runs.approval_gate import (
     DecisionRequest,
     denied_result,
     may_decide,

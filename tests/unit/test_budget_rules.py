@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bot.config import BudgetSettings, SubagentType
-from bot.gateway.progress import status_text
+from bot.gateway.status_cards import status_text
 from bot.runs.budget import (
     DEFAULT_OUTPUT_ESTIMATE,
     Limits,
@@ -137,7 +137,7 @@ def test_the_status_card_shows_the_budget_warning_while_the_run_works() -> None:
 
 
 def test_subagents_info_shows_the_run_and_tree_spend_against_their_limits() -> None:
-    from bot.commands.render import render_info
+    from bot.commands.answers import render_info
     from bot.runs.budget import RunSpend
     from bot.types import RunRecord
 

@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot.commands.schedules import EveryAsk, parse_every_command, parse_schedule_id
-from bot.commands.spawn import SpawnAsk, parse_spawn, started_text
+from bot.commands.schedule_chat import EveryAsk, parse_every_command, parse_schedule_id
+from bot.commands.spawn_command import SpawnAsk, parse_spawn, started_text
 from bot.config import Settings
 from bot.runs.access import Actor
+from bot.runs.recurring import may_schedule
 from bot.runs.schedule_spec import (
     Every,
     duration,
@@ -19,7 +20,6 @@ from bot.runs.schedule_spec import (
     parse_interval,
     plan_firing,
 )
-from bot.runs.schedules import may_schedule
 
 TYPES = ("general-purpose", "explore", "plan")
 
@@ -168,7 +168,7 @@ def test_schedules_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_receipt_texts_and_their_edit() -> None:
-    from bot.runs.receipts import receipt_text, update_of
+    from bot.runs.steer_receipts import receipt_text, update_of
     from bot.store.receipts import Receipt, ReceiptState
     from bot.types import Outbound, ThreadRef
 

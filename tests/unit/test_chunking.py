@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.chunking import split_markdown, split_markdown_parts, utf16_len
+from bot.text.chunking import split_markdown, split_markdown_parts, utf16_len
 
 CODE = "```python\n" + "\n".join(f"x_{i} = {i} * 2" for i in range(12)) + "\n```"
 

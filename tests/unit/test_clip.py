@@ -1,8 +1,8 @@
-"""What bot/clip.py's docstring promises about repeated cuts, one case each."""
+"""What bot/text/clip.py's docstring promises about repeated cuts, one case each."""
 
 from __future__ import annotations
 
-from bot.clip import clip, clip_markdown, cut_note, split_note
+from bot.text.clip import clip, clip_markdown, cut_note, split_note
 
 
 def test_cutting_a_cut_text_again_keeps_one_note_counting_both_cuts() -> None:

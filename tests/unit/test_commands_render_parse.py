@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from bot.commands.parse import parse_command
-from bot.commands.render import (
+from bot.commands.answers import (
     EMPTY_LIST,
     log_line,
     render_family,
@@ -17,6 +16,7 @@ from bot.commands.render import (
     render_list,
     render_log,
 )
+from bot.commands.parse import parse_command
 from bot.commands.subagents import USAGE, SubagentsRequest, parse_subagents
 from bot.runs.logview import select_log, visible
 from bot.runs.render import NAME_CHARS

@@ -6,7 +6,7 @@ import pytest
 from bot.config import Settings, load_settings
 from bot.config_check import public_url, redis_url_problem, unknown_keys
 from bot.errors import ConfigError
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 
 
 @pytest.fixture(autouse=True)

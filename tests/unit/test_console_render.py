@@ -20,8 +20,8 @@ from adapters.console.convert import (
     thread_usage,
 )
 from adapters.console.richtext import announce_parts, renderable, to_ansi
-from bot.console_app import busy_message, demo_delay, live_view
-from bot.console_runs import InFlight, ours, stopping_line, waiting_line
+from bot.console.app import busy_message, demo_delay, live_view
+from bot.console.live_runs import InFlight, ours, stopping_line, waiting_line
 from bot.errors import ConfigError
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus
 

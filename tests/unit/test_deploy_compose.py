@@ -37,7 +37,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from bot.config import GatewaySettings, Settings, SubagentSettings, load_settings
-from bot.redis_server import find_redis_server
+from bot.redis.server import find_redis_server
 from workers.launcher import parser as launcher_parser
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import logging
 import pytest
 
 from adapters.slack import http
-from bot import jsonsafe
-from bot.backoff import Backoff
 from bot.logs import ThrottledLog
+from bot.supervise.backoff import Backoff
+from bot.text import jsonsafe
 
 SECRET = "signing-secret"
 NOW = 1_700_000_000

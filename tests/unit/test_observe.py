@@ -16,7 +16,8 @@ import redis
 from bot.config import Settings
 from bot.keys import Keys
 from bot.logs import JsonFormatter, RedactSecrets
-from bot.observe import catalog, tracing
+from bot.observe import metric_defs as catalog
+from bot.observe import tracing
 from bot.observe.gateway import adapter_checks, outcome
 from bot.observe.health import Check, verdict
 from bot.observe.scope import bound

@@ -16,12 +16,12 @@ from adapters.telegram.markup import render_parts
 from bot.agent.llm import Completion, ToolCallRequest, fold_stream
 from bot.agent.loop import LoopControl, Meter, run_loop
 from bot.agent.tools import NoArgs, Tool, execute_tool
-from bot.chunking import split_markdown
-from bot.clip import clip, clip_markdown, cut_note, split_note
 from bot.config import OpenAISettings, Settings
 from bot.errors import ToolError
 from bot.gateway.ingress import cap_inbound
 from bot.runs.render import history_note, render_announce
+from bot.text.chunking import split_markdown
+from bot.text.clip import clip, clip_markdown, cut_note, split_note
 from bot.types import Inbound, RunRecord, RunStatus, Sender, ThreadRef
 from bot.types import Usage as TokenUsage
 

@@ -10,12 +10,12 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from bot.clip import clip, cut_note
 from bot.commands import default_router
 from bot.config import Settings
 from bot.deps import Deps
 from bot.gateway.ingress import Ingress, Verdict
 from bot.runs.finalize import finalize_run
+from bot.text.clip import clip, cut_note
 from bot.types import Inbound, RunRecord, RunStatus, Sender, ThreadRef
 
 MB = 1_000_000

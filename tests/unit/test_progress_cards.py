@@ -19,12 +19,12 @@ from adapters.console.terminal import Terminal
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import DeliveryError
-from bot.gateway.progress import ProgressRenderer, moved_text, quiet_text, status_text
 from bot.gateway.runtime import async_client
+from bot.gateway.status_cards import ProgressRenderer, moved_text, quiet_text, status_text
 from bot.ports import DeletingChannel, PartLog
 from bot.runs.execute import execute_run
 from bot.runs.finalize import finalize_run
-from bot.runs.progress import card_title, format_elapsed, tally
+from bot.runs.progress_lines import card_title, format_elapsed, tally
 from bot.runs.stop import stop_run
 from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.progress import ProgressEvent, ProgressStore, decode, put_progress

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bot.backoff import Backoff
 from bot.config_check import redis_url_problem
-from bot.redis_url import address, parse_sentinel, public_url, secrets_in
-from bot.redis_watch import Reachability
+from bot.redis.url import address, parse_sentinel, public_url, secrets_in
+from bot.redis.watch import Reachability
 from bot.store.connect import node_options
+from bot.supervise.backoff import Backoff
 
 GOOD = [
     "redis://localhost:6379/0",

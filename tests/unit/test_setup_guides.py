@@ -31,8 +31,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.matrix import convert as matrix_convert
 from adapters.slack import convert as slack_convert
 from adapters.telegram import convert as telegram_convert
-from bot import doctor
 from bot.cli import app as cli_app
+from bot.cli import doctor
 from bot.config import (
     GatewaySettings,
     MatrixSettings,
@@ -289,7 +289,7 @@ def slack_methods_called() -> dict[str, set[str]]:
             if method:
                 called.setdefault(method, set()).add(path.name)
     for method in re.findall(r'"/([a-z]+(?:\.[a-zA-Z]+)+)"', inspect.getsource(doctor.check_slack)):
-        called.setdefault(method, set()).add("bot/doctor.py")
+        called.setdefault(method, set()).add("bot/cli/doctor.py")
     return called
 
 
@@ -615,20 +615,20 @@ QUOTED = [
     ("slack.md", "Slack refused FANBOT_SLACK__APP_TOKEN", None, "adapters/slack/channel.py"),
     ("slack.md", "adapter slack started", "adapter %s started", "bot/gateway/runtime.py"),
     ("slack.md", "5-minute window", None, "adapters/slack/http.py"),
-    ("slack.md", "`bot … in team …`", "bot {body.get('user')} in team", "bot/doctor.py"),
+    ("slack.md", "`bot … in team …`", "bot {body.get('user')} in team", "bot/cli/doctor.py"),
     ("telegram.md", "telegram: @… started (polling)", "telegram: @%s started (%s)",
      "adapters/telegram/channel.py"),
     ("telegram.md", "setMyCommands", "set_my_commands", "adapters/telegram/channel.py"),
     ("telegram.md", "deletes any webhook", "delete_webhook", "adapters/telegram/channel.py"),
     ("telegram.md", "calls `setWebhook`", "set_webhook", "adapters/telegram/channel.py"),
-    ("telegram.md", "`bot @…`", "bot @{result.get('username')}", "bot/doctor.py"),
+    ("telegram.md", "`bot @…`", "bot @{result.get('username')}", "bot/cli/doctor.py"),
     ("matrix.md", "the homeserver rejected the token", None, "adapters/matrix/login.py"),
     ("matrix.md", "matrix: logged in as", "matrix: logged in as %s", "adapters/matrix/login.py"),
     ("matrix.md", "matrix: ignoring invite … (not in allow_users)",
      "matrix: ignoring invite to %s from %s (not in allow_users)", "adapters/matrix/channel.py"),
     ("matrix.md", "cannot decrypt", "matrix: cannot decrypt event", "adapters/matrix/channel.py"),
     ("matrix.md", "adapter matrix started", "adapter %s started", "bot/gateway/runtime.py"),
-    ("matrix.md", "reachable; user", None, "bot/doctor.py"),
+    ("matrix.md", "reachable; user", None, "bot/cli/doctor.py"),
 ]  # fmt: skip
 
 

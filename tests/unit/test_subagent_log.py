@@ -11,11 +11,11 @@ import redis
 
 from bot.agent.context import ToolContext
 from bot.agent.session_tools import SESSION_TOOLS_LIST
-from bot.agent.spawn import SpawnArgs, spawn
+from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.agent.tools import execute_tool
 from bot.commands import default_router
+from bot.commands.answers import render_log
 from bot.commands.parse import parse_command
-from bot.commands.render import render_log
 from bot.commands.router import CommandRequest
 from bot.config import Settings
 from bot.deps import Deps

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from adapters.telegram.markup import render_parts, to_html, visible
-from bot.chunking import utf16_len
 from bot.testing.telegram_html import visible_text
+from bot.text.chunking import utf16_len
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 
 from adapters.matrix.convert import event_link
 from adapters.telegram.convert import BotIdentity, destination, reply_root, to_inbound, topic_link
-from bot.runs.threads import open_key, opened_messages, run_of_open_key, thread_title
+from bot.runs.thread_children import open_key, opened_messages, run_of_open_key, thread_title
 from bot.store.threads import Binding, BindState
 from bot.types import RunRecord, ThreadRef
 

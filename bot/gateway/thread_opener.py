@@ -1,12 +1,12 @@
 """Egress's side of thread-bound children: open the thread an ``open_thread`` entry asks
 for, through the adapter's :class:`~bot.ports.ThreadOpener`, and record the outcome
-(:mod:`bot.runs.threads`).
+(:mod:`bot.runs.thread_children`).
 
 Opening is at least once: a gateway that dies after the platform opened the thread and
 before the binding was recorded opens another one on redelivery (the first stays empty).
 A request whose binding is already settled (or closed) opens nothing. Once a bound run's
 announce is posted, :meth:`ThreadOpenings.announced` queues its copy for the parent thread
-(:func:`~bot.runs.threads.copy_to_parent`, its copy read ahead by
+(:func:`~bot.runs.thread_children.copy_to_parent`, its copy read ahead by
 :meth:`ThreadOpenings.parent_copy`).
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from bot.deps import Deps
 from bot.errors import DeliveryError
 from bot.ports import OpenedThread, OutboundChannel, ThreadOpener
-from bot.runs.threads import bindings, parent_announce, run_of_open_key, thread_opened
+from bot.runs.thread_children import bindings, parent_announce, run_of_open_key, thread_opened
 from bot.store.outbox import put_outbound
 from bot.store.threads import BindState
 from bot.types import Outbound, OutboundKind, ThreadRef

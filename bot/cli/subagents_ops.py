@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from bot.cli_deps import operator_deps
-from bot.commands.render import render_info, run_name, timing
+from bot.cli.operator_deps import operator_deps
+from bot.commands.answers import render_info, run_name, timing
 from bot.deps import Deps
 from bot.runs.access import MIN_PREFIX
 from bot.runs.budget import Limits, run_spend, spend_text, utc_day

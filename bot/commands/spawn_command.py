@@ -1,7 +1,7 @@
 """``/subagents spawn [type] <task>``: a person starts a subagent run themselves.
 
 Parsing is pure (:func:`parse_spawn`): leading ``--flags`` (``--thread``: the child works in
-a thread of its own, see :mod:`bot.runs.threads`; any other is an error), then a type word when
+a thread of its own, see :mod:`bot.runs.thread_children`; any other is an error), then a type word when
 it names a configured or built-in type, else the whole text is the task. The run goes
 through :func:`~bot.runs.spawn.spawn_run` like a model-made spawn (same policy, budget and
 announce), with the person as requester; it reports in the thread (no fan-in waits for it).
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from bot.commands.router import CommandRequest
 from bot.errors import FanbotError
 from bot.runs.access import Actor
-from bot.runs.catalog import subagent_types
 from bot.runs.spawn import SpawnRequest, spawn_run
+from bot.runs.type_registry import subagent_types
 
 MAX_TASK_CHARS = 20_000
 SPAWN_USAGE = (

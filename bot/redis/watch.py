@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import redis
 
-from bot.backoff import Backoff
 from bot.errors import ConfigError
-from bot.redis_url import address
+from bot.redis.url import address
 from bot.store.connect import connect
+from bot.supervise.backoff import Backoff
 
 log = logging.getLogger("fanbot.redis")
 
@@ -40,7 +40,7 @@ class Reachability:
 
     Attributes:
         who: The process, first on each line (``gateway``, ``worker pid 12``).
-        where: The server as :func:`bot.redis_url.address` names it.
+        where: The server as :func:`bot.redis.url.address` names it.
         backoff: Delays between attempts while it is unreachable.
     """
 

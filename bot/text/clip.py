@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from bot.chunking import split_markdown_parts
+from bot.text.chunking import split_markdown_parts
 
 _NOTE = re.compile(r"\n\[… ([\d,]+) characters cut\]\Z")
 _NOTE_MAX = 48  # longest possible note, with its newline

@@ -3,7 +3,7 @@
 ``/subagents every <interval | 5-field cron> [type] <task>`` makes a schedule in this
 thread (admins only unless ``FANBOT_SCHEDULES__WHO=anyone``); ``schedules`` lists this
 thread's; ``unschedule <id>`` removes one. Parsing and rendering are pure; the lifecycle is
-:mod:`bot.runs.schedules`.
+:mod:`bot.runs.recurring`.
 """
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bot.commands.router import CommandRequest
-from bot.commands.spawn import SpawnAsk, leading_flags, parse_type_and_task, words_after
+from bot.commands.spawn_command import SpawnAsk, leading_flags, parse_type_and_task, words_after
 from bot.errors import FanbotError
 from bot.runs.access import Actor
-from bot.runs.catalog import subagent_types
-from bot.runs.schedule_spec import Every, duration, every_from_text, parse_every
-from bot.runs.schedules import (
+from bot.runs.recurring import (
     NewSchedule,
     add_schedule,
     may_schedule,
     schedule_store,
     thread_schedules,
 )
+from bot.runs.schedule_spec import Every, duration, every_from_text, parse_every
+from bot.runs.type_registry import subagent_types
 from bot.store.schedules import Schedule
 
 EVERY_USAGE = (

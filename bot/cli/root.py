@@ -20,7 +20,7 @@ import typer
 
 from bot.config import Settings, load_settings
 from bot.errors import ConfigError, FanbotError, RedisUnavailable
-from bot.signals import stop_on_signal
+from bot.supervise.signals import stop_on_signal
 
 if TYPE_CHECKING:
     from bot.ports import ChannelAdapter
@@ -94,8 +94,8 @@ def console(
     ] = False,
 ) -> None:
     """Run everything locally: private Redis, workers, and a terminal chat."""
-    from bot.console_app import run_console
-    from bot.preflight import require_redis
+    from bot.cli.preflight import require_redis
+    from bot.console.app import run_console
 
     settings = _settings("console")
     _log_to("console", settings, settings.state_dir / "console.log")
@@ -125,8 +125,8 @@ NO_PLATFORM = (
 @app.command()
 def gateway() -> None:
     """Serve every platform whose credentials are configured (no LLM work here)."""
-    from bot.redis_watch import wait_until_reachable
-    from bot.wiring import build_adapters
+    from bot.cli.wiring import build_adapters
+    from bot.redis.watch import wait_until_reachable
 
     settings = _settings("gateway")
     _log_to("gateway", settings, None)
@@ -144,9 +144,9 @@ async def _serve(settings: Settings, adapters: list[ChannelAdapter]) -> None:
     """Run the gateway until SIGTERM/SIGINT."""
     import redis
 
+    from bot.cli.preflight import redis_unreachable
     from bot.gateway.runtime import Gateway
     from bot.observe import tracing
-    from bot.preflight import redis_unreachable
 
     tracing.configure(settings, service="gateway")  # a no-op unless an OTLP endpoint is set
     gw = Gateway(settings=settings, adapters=adapters)
@@ -186,7 +186,7 @@ def doctor(
     ] = False,
 ) -> None:
     """Check configuration, Redis, the model endpoint and each configured platform."""
-    from bot.doctor import replay, run_checks
+    from bot.cli.doctor import replay, run_checks
 
     settings = _settings("doctor")
     if replay_dead_letters:
@@ -199,9 +199,9 @@ def doctor(
     raise typer.Exit(0 if all(c.ok for c in checks) else 1)
 
 
-app.add_typer(importlib.import_module("bot.ops_cli").app, name="subagents")
-app.add_typer(importlib.import_module("bot.schedules_cli").app, name="schedules")
-app.add_typer(importlib.import_module("bot.bench.cli").app, name="bench")
+app.add_typer(importlib.import_module("bot.cli.subagents_ops").app, name="subagents")
+app.add_typer(importlib.import_module("bot.cli.schedules_ops").app, name="schedules")
+app.add_typer(importlib.import_module("bot.bench.bench_commands").app, name="bench")
 
 
 def main() -> None:

@@ -33,18 +33,18 @@ from typing import TextIO
 from adapters.console.channel import ConsoleChannel
 from adapters.console.convert import LiveRun, LiveView, thread_ref
 from bot import failpoints
-from bot.aio import TrackedExecutor
 from bot.config import Settings
-from bot.console_procs import Interrupts, WorkerGroup
-from bot.console_runs import InFlight, in_flight, stop_in_flight, stopping_line, waiting_line
+from bot.console.live_runs import InFlight, in_flight, stop_in_flight, stopping_line, waiting_line
+from bot.console.procs import Interrupts, WorkerGroup
 from bot.demo import ChatServer, demo_model
 from bot.deps import Deps
-from bot.dirlock import DirLock
 from bot.errors import ConfigError, DirectoryBusy
 from bot.gateway.runtime import Gateway
-from bot.redis_server import RedisServer
-from bot.runs.progress import card_title
+from bot.redis.server import RedisServer
+from bot.runs.progress_lines import card_title
 from bot.sessions import requester_session_key
+from bot.supervise.aio import TrackedExecutor
+from bot.supervise.dirlock import DirLock
 from bot.types import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any
 
 from bot.bench.stats import summary
 from bot.deps import Deps
-from bot.redis_server import RedisServer
+from bot.redis.server import RedisServer
 from bot.sessions import requester_session_key
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI

@@ -1,6 +1,6 @@
 """Stopping a child process we started: politely first, then for sure.
 
-Shared by the private ``redis-server`` (:mod:`bot.redis_server`) and the test servers in
+Shared by the private ``redis-server`` (:mod:`bot.redis.server`) and the test servers in
 :mod:`bot.testing`, which may import it (this module imports nothing from them).
 """
 

@@ -6,7 +6,7 @@ While it works, and when it ends::
     ✅ [explore] Subagent #2 "Django research" — success (8 tools, 5.1s)
 
 The worker puts the numbers on each :class:`~bot.store.progress.ProgressEvent` (``tools``,
-``elapsed``) and the gateway renders them (:mod:`bot.gateway.progress`). The tool count
+``elapsed``) and the gateway renders them (:mod:`bot.gateway.status_cards`). The tool count
 is also kept in the run's hash (:data:`TOOLS_FIELD`), so whichever process finalizes the
 run (the job, a stop, the reaper) can put the final count on the last event. A run whose
 answer is ``ANNOUNCE_SKIP`` ends *quiet*: its card goes away instead of reading "success".

@@ -12,10 +12,10 @@ from typing import Annotated
 
 import typer
 
-from bot.cli_deps import operator_deps
+from bot.cli.operator_deps import operator_deps
 from bot.errors import FanbotError
+from bot.runs.recurring import NewSchedule, add_schedule, schedule_store
 from bot.runs.schedule_spec import every_from_text, parse_every
-from bot.runs.schedules import NewSchedule, add_schedule, schedule_store
 from bot.sessions import requester_session_key
 from bot.types import ThreadRef
 

@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Iterator
 
 from bot.deps import Deps
-from bot.observe import catalog, record, tracing
+from bot.observe import metric_defs as catalog
+from bot.observe import record, tracing
 from bot.observe.scope import bound
 from bot.runs.render import estimate_cost
 from bot.store.metrics import Update

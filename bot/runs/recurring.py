@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from bot.deps import Deps
 from bot.errors import FanbotError
 from bot.runs.access import Actor, Decision
-from bot.runs.catalog import subagent_types
 from bot.runs.schedule_spec import Every, every_from_text, plan_firing
 from bot.runs.spawn import SpawnRequest, spawn_run
+from bot.runs.type_registry import subagent_types
 from bot.store.schedules import Schedule, ScheduleStore
 from bot.store.streams import put_outbound
 from bot.types import Outbound, OutboundKind, ThreadRef

@@ -22,9 +22,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from bot.childproc import stop_process
-from bot.dirlock import DirLock
 from bot.errors import ConfigError, RedisUnavailable
+from bot.supervise.childproc import stop_process
+from bot.supervise.dirlock import DirLock
 
 _MAX_SOCKET_PATH = 100
 

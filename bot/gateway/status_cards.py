@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
-from bot.aio import cancel_all
 from bot.errors import DeliveryError
 from bot.gateway.egress import reraise_if_cancelling
 from bot.keys import Keys
 from bot.ports import DeletingChannel, OutboundChannel
-from bot.runs.progress import tally
+from bot.runs.progress_lines import tally
 from bot.runs.render import icon
 from bot.store.progress import ProgressEvent, ProgressStore
+from bot.supervise.aio import cancel_all
 from bot.types import Outbound, OutboundKind, ThreadRef
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from bot.errors import FanbotError
-from bot.signals import stop_on_signal
+from bot.supervise.signals import stop_on_signal
 
 app = typer.Typer(
     name="bench",
@@ -120,7 +120,7 @@ def stop(
     stops: Annotated[int, typer.Option(help="Runs to stop.", min=1)] = 20,
 ) -> None:
     """`/subagents stop` -> status stopped, and -> announce delivered (median, p95, max)."""
-    from bot.bench.stop import run_stop
+    from bot.bench.stop_latency import run_stop
 
     for line in asyncio.run(run_stop(stops=stops)):
         typer.echo(line)

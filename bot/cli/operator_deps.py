@@ -9,10 +9,10 @@ from contextlib import contextmanager
 import redis
 import typer
 
+from bot.cli.preflight import redis_unreachable
 from bot.config import load_settings
 from bot.deps import Deps
 from bot.errors import ConfigError
-from bot.preflight import redis_unreachable
 from bot.store.connect import connect
 
 

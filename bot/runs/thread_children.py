@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 
-from bot.clip import clip
 from bot.deps import Deps
 from bot.observe import tracing
 from bot.store.streams import put_outbound
 from bot.store.threads import Binding, BindState, ThreadBindings
+from bot.text.clip import clip
 from bot.types import Outbound, OutboundKind, RunRecord, ThreadRef
 
 TITLE_CHARS = 96

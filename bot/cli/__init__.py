@@ -1,0 +1,5 @@
+"""The ``fanbot`` command line."""
+
+from bot.cli.root import app, main
+
+__all__ = ["app", "main"]

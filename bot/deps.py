@@ -12,9 +12,9 @@ from redis import Redis
 
 from bot.config import Settings
 from bot.keys import Keys
+from bot.redis.connect import connect
 from bot.store.approvals import Approvals
 from bot.store.budgets import Budgets
-from bot.store.connect import connect
 from bot.store.dedupe import Dedupe
 from bot.store.history import HistoryStore
 from bot.store.jobs import Jobs

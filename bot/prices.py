@@ -2,7 +2,7 @@
 
 The table is the ``genai-prices`` package's snapshot (offline: it is never updated over
 the network at run time). Configured prices (``FANBOT_PRICES`` / ``[prices.<model>]``) win;
-:func:`bot.runs.render.estimate_cost` asks here only for a model they do not name. A model
+:func:`estimate_cost` asks the table only for a model they do not name. A model
 the table does not know has no cost: its announce shows tokens only.
 """
 
@@ -10,8 +10,26 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from bot.types import Usage
+
+if TYPE_CHECKING:
+    from bot.config import Price
 
 log = logging.getLogger(__name__)
+
+
+def estimate_cost(model: str, usage: Usage, prices: Mapping[str, Price]) -> float | None:
+    """USD for ``usage`` at the model's configured per-1M-token prices, else at the price
+    table's (:mod:`bot.prices`); None if neither knows the model."""
+    price = prices.get(model)
+    if price is None:
+        return table_cost(
+            model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
+        )
+    return (usage.prompt_tokens * price.input + usage.completion_tokens * price.output) / 1e6
 
 
 def table_cost(model: str, *, prompt_tokens: int, completion_tokens: int) -> float | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bot.types import Usage
+from bot.types import RunRecord, Usage
 
 Message = dict[str, Any]
 
@@ -122,3 +122,11 @@ class LoopResult:
     text: str
     complete: bool
     """False when the step limit ended the loop before a final answer."""
+
+
+class RunBody(Protocol):
+    """The work of a run: drive the agent until it answers (or a hook raises)."""
+
+    def __call__(self, record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
+        """Run ``record``'s task, counting into ``meter`` and obeying ``control``."""
+        ...

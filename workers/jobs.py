@@ -35,8 +35,8 @@ from bot.deps import Deps
 from bot.observe import tracing
 from bot.observe.job_observer import job_scope
 from bot.prices import table_cost
-from bot.runs.execute import RunBody, execute_run, start_run
-from bot.steps import LoopControl, LoopResult, Meter
+from bot.runs.execute import execute_run, start_run
+from bot.steps import LoopControl, LoopResult, Meter, RunBody
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE, TurnJob
 from bot.types import RunRecord
 

@@ -34,9 +34,9 @@ from bot.errors import ConfigError, RedisUnavailable
 from bot.logs import configure as configure_logging
 from bot.observe import tracing
 from bot.observe.serve import EndpointServer, serve_worker_endpoints
+from bot.redis.connect import connect
 from bot.redis.watch import RedisWatch, wait_until_reachable
 from bot.runs.stop import stop_run
-from bot.store.connect import connect
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE
 from workers import jobs
 from workers.callbacks import horse_killed, worker_died

@@ -86,7 +86,7 @@ def preload(settings: Settings) -> list[str]:
 
 @dataclass(frozen=True, kw_only=True)
 class CompiledBody:
-    """A :class:`~bot.runs.execute.RunBody` that runs the type's runnable.
+    """A :class:`~bot.steps.RunBody` that runs the type's runnable.
 
     Attributes:
         deps: Stores and settings.

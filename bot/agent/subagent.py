@@ -51,7 +51,7 @@ Message = dict[str, Any]
 
 @dataclass(frozen=True, kw_only=True)
 class SubagentBody:
-    """A :class:`~bot.runs.execute.RunBody` that runs the agent's tool loop.
+    """A :class:`~bot.steps.RunBody` that runs the agent's tool loop.
 
     Attributes:
         deps: Stores and settings.

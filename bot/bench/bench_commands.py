@@ -158,7 +158,8 @@ def compare(
     ] = None,
 ) -> None:
     """fanbot against bare RQ on one private Redis: latency, makespan, PSS, throughput."""
-    from bot.bench.compare import PHASES, CompareConfig, run_compare
+    from bot.bench.compare import run_compare
+    from bot.bench.compare_env import PHASES, CompareConfig
 
     chosen = frozenset(p.strip() for p in only.split(",") if p.strip()) or PHASES
     if unknown := sorted(chosen - PHASES):

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 from rq import Queue, Worker
 
 from bot.bench import bare
-from bot.bench.compare import (
+from bot.bench.compare_env import (
+    BenchEnv,
     CompareError,
     children,
     ideal_makespan,
@@ -29,15 +30,12 @@ from bot.bench.compare import (
 )
 from bot.store.jobs import SUBAGENTS_QUEUE
 
-if TYPE_CHECKING:
-    from bot.bench.compare import _Env
-
 ANNOUNCE_MODEL_SECONDS = 0.5  # long enough for a burst to be running before any finishes
 STREAM = "bench:stream"
 MEMORY_MODEL_SECONDS = 4.0  # the runs whose memory is sampled outlast the sampling
 
 
-def announce(bench: _Env) -> None:
+def announce(bench: BenchEnv) -> None:
     """``burst`` runs in one thread, finishing together: model returns -> Telegram."""
     bench.model.delay = ANNOUNCE_MODEL_SECONDS
     spawned = spawn_runs(bench, bench.config.burst, topic=201)
@@ -59,7 +57,7 @@ def announce(bench: _Env) -> None:
     bench.add("announce99", "fanbot", p99(delays))
 
 
-def stream_latency(bench: _Env) -> None:
+def stream_latency(bench: BenchEnv) -> None:
     """The floor of any delivery: ``burst`` XADDs at once -> a blocked XREADGROUP."""
     conn = bench.deps.redis
     reader = redis.Redis.from_url(bench.deps.settings.redis_url)
@@ -91,7 +89,7 @@ def stream_latency(bench: _Env) -> None:
     bench.add("announce99", "bare", p99(delays))
 
 
-def makespan(bench: _Env) -> None:
+def makespan(bench: BenchEnv) -> None:
     """``makespan_runs`` runs of ``model_seconds`` at cap ``workers``: first spawn -> last end."""
     config = bench.config
     bench.model.delay = config.model_seconds
@@ -107,7 +105,7 @@ def makespan(bench: _Env) -> None:
     ]
 
 
-def bare_makespan(bench: _Env) -> None:
+def bare_makespan(bench: BenchEnv) -> None:
     config = bench.config
     t0 = time.time()
     jobs = [
@@ -121,7 +119,7 @@ def bare_makespan(bench: _Env) -> None:
     bench.timeline["bare"] = [(span[0] - t0, span[1] - t0) for span in spans]  # type: ignore[index]
 
 
-def memory(bench: _Env) -> None:
+def memory(bench: BenchEnv) -> None:
     """PSS of an idle worker, and added per running run: ``workers`` runs that wait
     :data:`MEMORY_MODEL_SECONDS` for the model, sampled while all of them run.
 
@@ -150,7 +148,7 @@ def memory(bench: _Env) -> None:
 
 
 def _sample_running(
-    bench: _Env,
+    bench: BenchEnv,
     side: str,
     workers: list[int],
     idle: int,
@@ -172,7 +170,7 @@ def _sample_running(
     bench.add("pss_run", side, (total - idle) / len(horses))
 
 
-def throughput(bench: _Env) -> None:
+def throughput(bench: BenchEnv) -> None:
     """Runs per minute with an instant model: first spawn -> last run ended."""
     bench.model.delay = 0.0
     t0 = time.time()
@@ -182,7 +180,7 @@ def throughput(bench: _Env) -> None:
     bench.add("throughput", "fanbot", bench.config.throughput_runs / (last - t0) * 60)
 
 
-def bare_throughput(bench: _Env) -> None:
+def bare_throughput(bench: BenchEnv) -> None:
     t0 = time.time()
     jobs = [
         bench.queue.enqueue(bare.noop, result_ttl=600) for _ in range(bench.config.throughput_runs)
@@ -192,7 +190,7 @@ def bare_throughput(bench: _Env) -> None:
     bench.add("throughput", "bare", bench.config.throughput_runs / (last - t0) * 60)
 
 
-def kill(bench: _Env) -> None:
+def kill(bench: BenchEnv) -> None:
     """SIGKILL the worker process running a run, and its horse: -> ``unknown`` announced."""
     spawned = spawn_runs(bench, 1)
     (label,) = spawned
@@ -217,7 +215,7 @@ def kill(bench: _Env) -> None:
     _until_workers(bench)
 
 
-def _until_workers(bench: _Env) -> None:
+def _until_workers(bench: BenchEnv) -> None:
     """The launcher restarted the killed worker (the next repetition needs them all)."""
     queue = Queue(SUBAGENTS_QUEUE, connection=bench.deps.redis)
     deadline = time.monotonic() + 60

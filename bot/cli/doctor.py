@@ -30,7 +30,7 @@ from bot.agent.tools.sandbox import sandbox_status
 from bot.config import Settings, config_path
 from bot.config_check import public_url
 from bot.keys import Keys
-from bot.store.connect import connect
+from bot.redis.connect import connect
 from bot.store.dead_letters import DeadLetters
 
 

@@ -13,7 +13,7 @@ from bot.cli.preflight import redis_unreachable
 from bot.config import load_settings
 from bot.deps import Deps
 from bot.errors import ConfigError
-from bot.store.connect import connect
+from bot.redis.connect import connect
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import redis
 
 from bot.config_check import public_url
 from bot.errors import RedisUnavailable
-from bot.store.connect import connect
+from bot.redis.connect import connect
 
 
 def require_redis(url: str, *, timeout: float = 5.0) -> None:

@@ -43,9 +43,9 @@ from bot.observe.gateway import (
 )
 from bot.observe.health import Check
 from bot.ports import ChannelAdapter
+from bot.redis.connect import connect_async
 from bot.redis.watch import RedisWatch
 from bot.runs.progress_lines import card_title
-from bot.store.connect import connect_async
 from bot.supervise.aio import cancel_all
 from bot.types import Inbound, ThreadRef
 

@@ -27,7 +27,7 @@ from redis.exceptions import RedisError
 from bot.config import Settings
 from bot.deps import Deps
 from bot.observe import metric_defs as c
-from bot.store.connect import connect
+from bot.redis.connect import connect
 from bot.store.dead_letters import DeadLetters
 from bot.store.metrics import MetricsStore, Snapshot
 from bot.store.outbox import backlog

@@ -16,7 +16,7 @@ from bot.deps import Deps
 from bot.observe import metric_defs as catalog
 from bot.observe import record, tracing
 from bot.observe.scope import bound
-from bot.runs.render import estimate_cost
+from bot.prices import estimate_cost
 from bot.store.metrics import Update
 from bot.types import RunRecord, Usage
 

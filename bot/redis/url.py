@@ -1,6 +1,6 @@
 """``FANBOT_REDIS_URL`` read as plain data: which Redis, how to reach it, how to name it.
 
-Every process builds its Redis clients from one URL (:mod:`bot.store.connect` does the I/O);
+Every process builds its Redis clients from one URL (:mod:`bot.redis.connect` does the I/O);
 this module only parses and checks it. The forms:
 
 - ``redis://[user:password@]host:6379/0`` — plain TCP; ``user`` is an ACL user.

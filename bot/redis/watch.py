@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import redis
 
 from bot.errors import ConfigError
+from bot.redis.connect import connect
 from bot.redis.url import address
-from bot.store.connect import connect
 from bot.supervise.backoff import Backoff
 
 log = logging.getLogger("fanbot.redis")

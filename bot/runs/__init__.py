@@ -16,6 +16,6 @@ module          what it owns
 ==============  =====================================================================
 
 ``bot.commands`` and ``bot.agent`` call this package; it imports neither (the agent's tool
-loop reaches a run as a :class:`~bot.runs.execute.RunBody` the worker passes in). Below
+loop reaches a run as a :class:`~bot.steps.RunBody` the worker passes in). Below
 it are the stores (:mod:`bot.store`), one owner per Redis structure.
 """

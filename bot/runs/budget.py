@@ -26,7 +26,8 @@ from typing import Any, TypeVar
 from bot.config import BudgetSettings, Settings, SubagentType
 from bot.deps import Deps
 from bot.errors import BudgetExceeded, SpawnRejected
-from bot.runs.render import estimate_cost, format_tokens
+from bot.prices import estimate_cost
+from bot.runs.render import format_tokens
 from bot.store.budgets import Reservation, Scope, Spend
 from bot.types import RunRecord, Usage
 

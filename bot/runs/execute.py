@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Protocol
 
 from rq.timeouts import BaseTimeoutException
 
@@ -36,7 +35,7 @@ from bot.runs.outfiles import out_snapshot
 from bot.runs.progress_lines import TOOLS_FIELD, save_tool_count, step_event
 from bot.runs.stall import stall_watch
 from bot.runs.steer_receipts import read_inbox
-from bot.steps import LoopControl, LoopResult, Message, Meter
+from bot.steps import LoopControl, Message, Meter, RunBody
 from bot.store.runs import RunStart
 from bot.store.streams import ProgressEvent, put_progress
 from bot.types import RunRecord, RunStatus
@@ -44,14 +43,6 @@ from bot.types import RunRecord, RunStatus
 log = logging.getLogger(__name__)
 
 PROGRESS_MIN_INTERVAL = 1.0
-
-
-class RunBody(Protocol):
-    """The work of a run: drive the agent until it answers (or a hook raises)."""
-
-    def __call__(self, record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
-        """Run ``record``'s task, counting into ``meter`` and obeying ``control``."""
-        ...
 
 
 def start_run(deps: Deps, run_id: str, *, resume: bool = False) -> RunStart:

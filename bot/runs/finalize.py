@@ -15,13 +15,13 @@ import time
 from bot.deps import Deps
 from bot.observe import record as observed
 from bot.observe import tracing
+from bot.prices import estimate_cost
 from bot.runs.join import after_last_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import announce_files
 from bot.runs.progress_lines import TOOLS_FIELD, final_event
 from bot.runs.render import (
     ANNOUNCE_SKIP,
-    estimate_cost,
     history_note,
     render_announce,
     render_compact_card,

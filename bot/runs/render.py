@@ -25,10 +25,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from bot.config import Price
-from bot.prices import table_cost
 from bot.text.clip import split_note
-from bot.types import ResultFormat, RunRecord, RunStatus, Usage
+from bot.types import ResultFormat, RunRecord, RunStatus
 
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
 MAX_NOTES_CHARS = 2_000
@@ -105,17 +103,6 @@ def format_tokens(n: int) -> str:
     if n < 1_000_000:
         return f"{n / 1000:.1f}k"
     return f"{n / 1_000_000:.1f}M"
-
-
-def estimate_cost(model: str, usage: Usage, prices: Mapping[str, Price]) -> float | None:
-    """USD for ``usage`` at the model's configured per-1M-token prices, else at the price
-    table's (:mod:`bot.prices`); None if neither knows the model."""
-    price = prices.get(model)
-    if price is None:
-        return table_cost(
-            model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
-        )
-    return (usage.prompt_tokens * price.input + usage.completion_tokens * price.output) / 1e6
 
 
 def truncate(text: str, limit: int) -> str:

@@ -30,7 +30,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from bot.config import SubagentSettings
 from bot.deps import Deps
@@ -38,12 +37,9 @@ from bot.errors import RunStalled
 from bot.runs.finalize import finalize_run
 from bot.runs.progress_lines import step_event
 from bot.runs.render import format_duration
-from bot.steps import LoopControl, LoopResult, Meter
+from bot.steps import LoopControl, LoopResult, Meter, RunBody
 from bot.store.streams import put_progress
 from bot.types import RunRecord, RunStatus
-
-if TYPE_CHECKING:
-    from bot.runs.execute import RunBody
 
 log = logging.getLogger(__name__)
 

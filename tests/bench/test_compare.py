@@ -18,7 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bot.bench.bench_commands import app
-from bot.bench.compare import CompareConfig, run_compare
+from bot.bench.compare import run_compare
+from bot.bench.compare_env import CompareConfig
 from bot.bench.compare_report import ROWS, CompareResult
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]

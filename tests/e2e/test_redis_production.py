@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from bot.store.connect import connect
+from bot.redis.connect import connect
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.scripted import Call, ChatRequest, ScriptedModel, Text, ToolCalls, is_subagent

@@ -11,7 +11,7 @@ import pytest
 import redis
 from redis.connection import AbstractConnection
 
-from bot.store.connect import connect
+from bot.redis.connect import connect
 
 
 def sent_by_a_new_client(

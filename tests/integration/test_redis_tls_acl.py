@@ -17,8 +17,8 @@ import redis
 from bot.cli.doctor import check_redis
 from bot.config import Settings
 from bot.errors import ConfigError
+from bot.redis.connect import connect, connect_async
 from bot.redis.watch import wait_until_reachable
-from bot.store.connect import connect, connect_async
 from bot.testing.netutil import free_port
 from tests.redis_support import (
     LOOPBACK,

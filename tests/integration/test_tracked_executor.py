@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.redis.connect import connect
 from bot.redis.server import RedisServer
-from bot.store.connect import connect
 from bot.supervise.aio import TrackedExecutor
 
 

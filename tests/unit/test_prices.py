@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bot.config import Price
-from bot.prices import table_cost
-from bot.runs.render import estimate_cost
+from bot.prices import estimate_cost, table_cost
 from bot.types import Usage
 
 MILLION = Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000)

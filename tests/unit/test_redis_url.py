@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bot.config_check import redis_url_problem
+from bot.redis.connect import node_options
 from bot.redis.url import address, parse_sentinel, public_url, secrets_in
 from bot.redis.watch import Reachability
-from bot.store.connect import node_options
 from bot.supervise.backoff import Backoff
 
 GOOD = [

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 
 from bot.config import Price
 from bot.gateway.ops.snapshot import Snapshot
-from bot.runs.render import estimate_cost, format_duration, format_tokens, run_name
+from bot.prices import estimate_cost
+from bot.runs.render import format_duration, format_tokens, run_name
 from bot.store.dead_letters import DeadLetter
 from bot.store.jobs import QueueOverview, WorkerInfo
 from bot.types import RunRecord, RunStatus

@@ -259,9 +259,6 @@ class RunStatus(enum.StrEnum):
         return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
-TERMINAL_STATUSES = frozenset(s for s in RunStatus if s.terminal)
-
-
 class Cleanup(enum.StrEnum):
     KEEP = "keep"
     DELETE = "delete"

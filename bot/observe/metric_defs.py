@@ -80,7 +80,6 @@ METRICS: tuple[Metric, ...] = (
     QUEUE_EXECUTING, QUEUE_OLDEST, WAITING_FOR_SLOT, WORKERS, RUNS_ACTIVE, APPROVALS_PARKED,
     OUTBOX_BACKLOG, OUTBOX_LAG, DEAD_LETTERS_NOW, REDIS_UP,
 )  # fmt: skip
-BY_NAME = {m.name: m for m in METRICS}
 
 
 def _observe(metric: Metric, labels: dict[str, str], seconds: float) -> Observe:

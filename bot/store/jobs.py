@@ -31,8 +31,6 @@ from bot.store.fair import HELD_STATUS, FairQueue, line_order
 
 TURNS_QUEUE = "turns"
 SUBAGENTS_QUEUE = "subagents"
-SUBAGENT_SLOT_KEY = "subagents"
-"""The ``RateLimit`` key of the subagent concurrency lane."""
 TURN_JOB = "workers.jobs.run_turn"
 RUN_JOB = "workers.jobs.run_subagent"
 RESUME_JOB = "workers.jobs.resume_subagent"

@@ -325,10 +325,6 @@ class RunsRegistry:
         raw = self.redis.hget(self.keys.run(run_id), name)
         return None if raw is None else as_text(raw)
 
-    def mark_running(self, run_id: str, *, heartbeat_ttl: float) -> bool:
-        """queued -> running (with a first heartbeat); False if the run is not queued."""
-        return self.start(run_id, heartbeat_ttl=heartbeat_ttl).started
-
     def start(
         self,
         run_id: str,
@@ -408,9 +404,6 @@ class RunsRegistry:
             pipe.rpush(self.keys.inbox_receipts(run_id), receipt)
             pipe.expire(self.keys.inbox_receipts(run_id), 7 * 86_400)
             pipe.execute()
-
-    def drain_inbox(self, run_id: str) -> list[str]:
-        return [message for message, _ in self.drain_inbox_receipts(run_id)]
 
     def drain_inbox_receipts(self, run_id: str) -> list[tuple[str, str]]:
         """Take every queued ``(message, receipt id)``; "" for a message without one."""

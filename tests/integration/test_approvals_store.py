@@ -17,7 +17,7 @@ from tests.integration.test_finalize import deps_for, make_run
 
 def parked(deps: Deps, *, due_in: float = 3600) -> ApprovalRecord:
     record = make_run(deps)
-    assert deps.runs.mark_running(record.run_id, heartbeat_ttl=5)
+    assert deps.runs.start(record.run_id, heartbeat_ttl=5).started
     deps.runs.park(record.run_id, rounds=0, approval_id="0a1b2c3d")
     now = time.time()
     approval = ApprovalRecord(

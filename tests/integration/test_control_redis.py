@@ -115,7 +115,7 @@ def test_a_second_stop_is_a_no_op_with_one_announce(deps: Deps) -> None:
 
 def test_stopping_a_running_run_keeps_its_partial_result(deps: Deps) -> None:
     record = spawn_run(deps, label="Research")
-    assert deps.runs.mark_running(record.run_id, heartbeat_ttl=30)
+    assert deps.runs.start(record.run_id, heartbeat_ttl=30).started
     deps.runs.update(record.run_id, result="half of it", prompt_tokens=1200, completion_tokens=300)
     deps.transcripts.append(record.session_id, {"role": "user", "content": "t"})
 
@@ -161,15 +161,15 @@ def test_channel_scope_gathers_the_channels_thread_sessions(deps: Deps) -> None:
 
 def test_send_steers_a_running_run(deps: Deps) -> None:
     record = spawn_run(deps)
-    deps.runs.mark_running(record.run_id, heartbeat_ttl=30)
+    assert deps.runs.start(record.run_id, heartbeat_ttl=30).started
     result = send(deps, record, "focus on B", requester="slack:U1")
     assert result.outcome is SendOutcome.STEERED and result.run.run_id == record.run_id
-    assert deps.runs.drain_inbox(record.run_id) == ["focus on B"]
+    assert [m for m, _ in deps.runs.drain_inbox_receipts(record.run_id)] == ["focus on B"]
 
 
 def test_send_to_a_finished_run_starts_a_follow_up_on_the_same_session(deps: Deps) -> None:
     record = spawn_run(deps, label="L")
-    deps.runs.mark_running(record.run_id, heartbeat_ttl=30)
+    assert deps.runs.start(record.run_id, heartbeat_ttl=30).started
     finalize_run(deps, record.run_id, status=RunStatus.SUCCESS, result="first answer")
     assert deps.redis.zscore(deps.keys.archive_due, record.run_id) is not None
 
@@ -219,7 +219,7 @@ def test_commands_refuse_others_and_leave_the_run_untouched(deps: Deps) -> None:
     assert record is not None and record.status is RunStatus.QUEUED
     assert not deps.runs.stop_requested(theirs.run_id)
     assert "I can't send to" in command(deps, "/subagents send #2 hi", user="U1")
-    assert deps.runs.drain_inbox(theirs.run_id) == []
+    assert [m for m, _ in deps.runs.drain_inbox_receipts(theirs.run_id)] == []
 
     answer = command(deps, "/subagents stop all", user="U1")
     assert answer == (
@@ -256,7 +256,7 @@ def test_commands_answer_info_log_and_garbage(deps: Deps) -> None:
 
 def test_session_tools_read_and_message_runs_with_the_same_rules(deps: Deps) -> None:
     record = spawn_run(deps, user="U2", task="theirs")
-    deps.runs.mark_running(record.run_id, heartbeat_ttl=30)
+    assert deps.runs.start(record.run_id, heartbeat_ttl=30).started
     deps.transcripts.append(record.session_id, {"role": "user", "content": "theirs"})
     tools = {t.name: t for t in SESSION_TOOLS_LIST}
 
@@ -271,9 +271,11 @@ def test_session_tools_read_and_message_runs_with_the_same_rules(deps: Deps) -> 
     assert history["messages"] == [{"role": "user", "content": "theirs"}]
     refused = call("sessions_send", "slack:U1", id="1", message="hi")
     assert refused.startswith("error: Only an admin or the person who started it")
-    assert deps.runs.drain_inbox(record.run_id) == []
+    assert [m for m, _ in deps.runs.drain_inbox_receipts(record.run_id)] == []
     sent = json.loads(call("sessions_send", "slack:U2", id="1", message="hi"))
-    assert sent["status"] == "steered" and deps.runs.drain_inbox(record.run_id) == ["hi"]
+    assert sent["status"] == "steered" and [
+        m for m, _ in deps.runs.drain_inbox_receipts(record.run_id)
+    ] == ["hi"]
     assert call("sessions_history", "slack:U1", id="zz").startswith(
         "error: zz is not a run id I know"
     )

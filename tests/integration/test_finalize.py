@@ -96,12 +96,12 @@ def test_backup_finalizers_keep_the_partial_result(redis_url: str) -> None:
 def test_running_needs_queued(redis_url: str) -> None:
     deps = deps_for(redis_url)
     make_run(deps)
-    assert deps.runs.mark_running("r1", heartbeat_ttl=5)
-    assert not deps.runs.mark_running("r1", heartbeat_ttl=5)
+    assert deps.runs.start("r1", heartbeat_ttl=5).started
+    assert not deps.runs.start("r1", heartbeat_ttl=5).started
     assert deps.runs.heartbeat_alive("r1")
     finalize_run(deps, "r1", status=RunStatus.STOPPED)
     assert not deps.runs.heartbeat_alive("r1")
-    assert not deps.runs.mark_running("r1", heartbeat_ttl=5)
+    assert not deps.runs.start("r1", heartbeat_ttl=5).started
     client = redis.Redis.from_url(redis_url)
     assert client.sismember(deps.keys.active_runs, "r1") == 0
     client.close()

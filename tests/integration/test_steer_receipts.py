@@ -34,7 +34,7 @@ def outbox(deps: Deps) -> list[dict[str, Any]]:
 
 def running(deps: Deps, **kw: Any) -> str:
     record = spawn_run(deps, **kw)
-    assert deps.runs.mark_running(record.run_id, heartbeat_ttl=30)
+    assert deps.runs.start(record.run_id, heartbeat_ttl=30).started
     return record.run_id
 
 

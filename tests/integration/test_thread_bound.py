@@ -139,7 +139,7 @@ def test_messages_in_the_bound_thread_steer_then_follow_up_then_close(deps: Deps
     deps.runs.update(record.run_id, status=RunStatus.RUNNING.value)
     result = ingress.handle(inbound("look at the API"))  # no mention needed there
     assert result.job_id is None
-    assert deps.runs.drain_inbox(record.run_id) == ["look at the API"]
+    assert [m for m, _ in deps.runs.drain_inbox_receipts(record.run_id)] == ["look at the API"]
     assert "📨 Passed to subagent #1" in outbox(deps)[-1]["text"]
     finalize_run(deps, record.run_id, status=RunStatus.SUCCESS, result="r")
     ingress.handle(inbound("and now the tests", mid="m2"))

@@ -155,7 +155,7 @@ def test_a_run_reports_its_tool_count_as_it_goes_and_a_final_tally(deps: Deps) -
 
 def test_a_stopped_run_keeps_the_count_it_reached(deps: Deps) -> None:
     make_run(deps)
-    deps.runs.mark_running("r1", heartbeat_ttl=30)
+    assert deps.runs.start("r1", heartbeat_ttl=30).started
     deps.runs.update("r1", tool_calls=7)
     assert finalize_run(deps, "r1", status=RunStatus.STOPPED, notes="stopped by a")
     last = events(deps)[-1]
@@ -164,7 +164,7 @@ def test_a_stopped_run_keeps_the_count_it_reached(deps: Deps) -> None:
 
 def test_the_run_s_own_end_saves_its_count_in_the_terminal_transition(deps: Deps) -> None:
     make_run(deps)
-    deps.runs.mark_running("r1", heartbeat_ttl=30)
+    assert deps.runs.start("r1", heartbeat_ttl=30).started
     deps.runs.update("r1", tool_calls=2)  # what progress saved last
     assert finalize_run(deps, "r1", status=RunStatus.SUCCESS, result="done", tools=5)
     assert deps.runs.field("r1", "tool_calls") == "5"

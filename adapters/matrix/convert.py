@@ -6,7 +6,7 @@ becomes an :class:`~bot.types.Inbound`. Outbound: markdown rendered by
 :mod:`adapters.matrix.markup` becomes ``m.room.message`` content with the thread relation
 and its reply fallback, or an ``m.replace`` edit.
 
-Thread mapping (docs/architecture.md, "Threads on each platform"): a message inside a thread belongs to the thread root's
+Thread mapping (see docs/architecture.md): a message inside a thread belongs to the thread root's
 session. A room-timeline message that addresses the bot starts a thread rooted at itself
 when ``thread_replies`` is on, and stays in the timeline (``thread=None``) when it is off.
 A timeline message that does not address the bot is still delivered, with

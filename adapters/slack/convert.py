@@ -1,6 +1,7 @@
 """Slack payloads -> :class:`~bot.types.Inbound` (pure; no I/O, fixture-tested).
 
-Mapping (docs/architecture.md, "Threads on each platform"): ``ThreadRef(account=team id, chat=channel, thread=root thread_ts)``.
+Mapping (see docs/architecture.md):
+``ThreadRef(account=team id, chat=channel, thread=root thread_ts)``.
 A top-level channel message gets ``thread = its own ts`` so the answer opens a thread
 under it; a top-level DM keeps ``thread=None`` (one session per user), a DM thread is its
 own session. The dedupe id is ``<channel>:<ts>`` of the message, not the envelope's

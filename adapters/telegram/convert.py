@@ -1,7 +1,7 @@
 """Telegram updates -> :class:`~bot.types.Inbound`, and thread refs -> send destinations.
 
 Pure functions over the Bot API's JSON (as received by a webhook or from PTB's
-``Update.to_dict()``); no I/O. Mapping (docs/architecture.md, "Threads on each platform"):
+``Update.to_dict()``); no I/O. Mapping (see docs/architecture.md):
 
 * ``ThreadRef.account`` is the bot's id, ``chat`` the chat id, ``thread`` the forum topic's
   ``message_thread_id`` (only when ``is_topic_message``; ``None`` for the General topic,

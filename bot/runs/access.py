@@ -18,7 +18,7 @@ An all-digit token that names no run number is also tried as a run-id prefix,
 because run ids are hex and may start with digits; so is one with a leading zero
 (``0042``), which no run number has.
 
-Authorization (:func:`may_control`; docs/architecture.md, "Who may steer a run"): ``list``/``info``/``log`` are open to
+Authorization (:func:`may_control`, see docs/architecture.md): ``list``/``info``/``log`` are open to
 everyone the bot serves in the session (the gateway's access policy already decided that).
 ``send``/``stop``/``stop all``/``/stop`` need an admin or the run's requester. Identities
 are always ``platform:user_id``, and a run is only ever controlled from its own platform,

@@ -5,6 +5,7 @@ Production code (the console) runs it when no model endpoint is configured;
 :mod:`bot.testing`.
 """
 
+from bot.demo.chat_server import ChatServer
 from bot.demo.model import demo_model
 from bot.demo.replies import (
     Call,
@@ -18,7 +19,6 @@ from bot.demo.replies import (
     ToolResult,
     message_text,
 )
-from bot.demo.server import ChatServer
 
 __all__ = [
     "Call",

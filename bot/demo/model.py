@@ -95,7 +95,7 @@ def _subagent(request: ChatRequest, delay: float) -> Reply:
 
 
 def demo_model(*, subagent_delay: float = 1.5) -> Script:
-    """The deterministic offline model, as a script for :class:`~bot.demo.server.ChatServer`.
+    """The deterministic offline model, as a script for :class:`~bot.demo.chat_server.ChatServer`.
 
     Main agent (offered ``sessions_spawn``): greets short messages; otherwise spawns three
     subagents (Research, Outline, Review) in one response, then confirms once the tool

@@ -1,7 +1,7 @@
 """What a scripted chat-completions server answers, and the request it answers.
 
 A *script* is any callable ``(ChatRequest) -> Reply`` (sync or async).
-:class:`~bot.demo.server.ChatServer` evaluates it for every request it receives, so
+:class:`~bot.demo.chat_server.ChatServer` evaluates it for every request it receives, so
 requests from forked worker processes are answered by the same script. The offline demo
 model (:mod:`bot.demo.model`) is one script; ``bot.testing.ScriptedModel`` builds others
 from rules.

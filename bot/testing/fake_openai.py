@@ -1,6 +1,6 @@
 """A protocol-level fake of the OpenAI chat-completions API, for the real ``openai`` SDK.
 
-:class:`FakeOpenAI` is the production :class:`~bot.demo.server.ChatServer` (a small
+:class:`FakeOpenAI` is the production :class:`~bot.demo.chat_server.ChatServer` (a small
 aiohttp server on a free loopback port) plus what tests assert on: every request, its
 outcome, and concurrency, all recorded in the server's process, so forked workers that
 reach it over HTTP are observed too. A script (see :mod:`bot.testing.scripted`) decides
@@ -27,8 +27,8 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from bot.demo.chat_server import ChatServer
 from bot.demo.replies import ChatRequest, Reply, Script
-from bot.demo.server import ChatServer
 
 
 @dataclass(kw_only=True)

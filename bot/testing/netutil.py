@@ -2,7 +2,7 @@
 
 A fake binds its listening socket *before* it reports its URL, so there is no window in
 which another process can take the port (the classic ``free_port()`` race); that binding
-is :func:`bot.demo.server.bind_loopback`, shared with the console's demo model server.
+is :func:`bot.demo.chat_server.bind_loopback`, shared with the console's demo model server.
 ``free_port`` exists for the few tools that insist on a port number (e.g. a subprocess's
 flag).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 
-from bot.demo.server import LOOPBACK, bind_loopback
+from bot.demo.chat_server import LOOPBACK, bind_loopback
 
 __all__ = ["LOOPBACK", "bind_loopback", "free_port"]
 

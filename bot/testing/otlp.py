@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.demo.server import LOOPBACK, bind_loopback
+from bot.demo.chat_server import LOOPBACK, bind_loopback
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -65,14 +65,19 @@ def static_lines(figures: StaticMap) -> list[str]:
     ]
 
 
+def _beyond_idle(report: PathReport, files: Sequence[str]) -> str:
+    rest = len(set(files) - set(report.idle))
+    return f"{rest} of them not among the {len(report.idle)} that also run when idle"
+
+
 def path_lines(root: Path, report: PathReport) -> list[str]:
     """The traced rows."""
     store = report.stop_store
     return [
         f"Slack message spawning one subagent -> announce: {_modules(root, report.spawn)} "
-        f"(goal ≤ 35 modules)",
+        f"(goal ≤ 35 modules); {_beyond_idle(report, report.spawn)}",
         f"/subagents stop N -> reply and announce: {_modules(root, report.stop)} "
-        f"(goal ≤ 15 modules)",
+        f"(goal ≤ 15 modules); {_beyond_idle(report, report.stop)}",
         f"  store calls of that stop: {store.round_trips} round trips, {store.commands} Redis "
         f"commands (goal ≤ 6); run record named {store.run_record}×, read {store.run_reads}× "
         f"(goal 1); all commands in the window {store.window_commands}",
@@ -83,6 +88,7 @@ def detail_lines(report: PathReport) -> list[str]:
     """``--verbose``: the modules of each path and the stop's commands."""
     return [
         "spawn path modules: " + " ".join(report.spawn),
+        "idle modules: " + " ".join(report.idle),
         "stop path modules: " + " ".join(report.stop),
         "stop commands: " + " ".join(report.stop_store.names),
     ]

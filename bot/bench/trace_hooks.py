@@ -62,7 +62,7 @@ class Recorder:
 
 
 @dataclass(frozen=True)
-class _Send:
+class Send:
     """One send: its commands, the outermost production function on the stack and whether
     a frame under the scope was on it."""
 
@@ -72,11 +72,11 @@ class _Send:
 
 
 @dataclass
-class _Sent:
-    sends: list[_Send] = field(default_factory=list)
+class Sent:
+    sends: list[Send] = field(default_factory=list)
     total: int = 0
 
-    def handled(self) -> list[_Send]:
+    def handled(self) -> list[Send]:
         """The sends whose outermost production function also reached the scope."""
         entries = {s.entry for s in self.sends if s.in_scope}
         return [s for s in self.sends if s.entry in entries]
@@ -84,13 +84,13 @@ class _Sent:
 
 class CommandCounter:
     """Counts commands redis-py connections send, sync and async, while :attr:`on`, each
-    send with where it came from (see :meth:`_Sent.handled`)."""
+    send with where it came from (see :meth:`Sent.handled`)."""
 
     def __init__(self, *, scope: Path, production: tuple[str, ...]) -> None:
         self.scope = str(scope)
         self.production = production
         self.on = False
-        self.sent = _Sent()
+        self.sent = Sent()
         self._local = threading.local()
 
     def _count(self, commands: list[tuple[Any, ...]]) -> None:
@@ -108,7 +108,7 @@ class CommandCounter:
                 in_scope = in_scope or name.startswith(self.scope)
             frame = frame.f_back
         texts = tuple(tuple(_text(a) for a in c) for c in commands)
-        self.sent.sends.append(_Send(texts, entry, in_scope))
+        self.sent.sends.append(Send(texts, entry, in_scope))
 
     @contextmanager
     def installed(self) -> Iterator[CommandCounter]:
@@ -160,8 +160,8 @@ class CommandCounter:
                 setattr(cls, name, fn)
 
     @contextmanager
-    def window(self) -> Iterator[_Sent]:
-        self.sent, self.on = _Sent(), True
+    def window(self) -> Iterator[Sent]:
+        self.sent, self.on = Sent(), True
         try:
             yield self.sent
         finally:
@@ -180,7 +180,7 @@ _WRITES = frozenset(
 )  # fmt: skip
 
 
-def store_calls(sent: _Sent, *, run_id: str) -> StoreCalls:
+def store_calls(sent: Sent, *, run_id: str) -> StoreCalls:
     """What the handling of one message sent (see :mod:`bot.bench.path_trace`)."""
     record = re.compile(rf"(^|:)run:{re.escape(run_id)}$")
     handled = sent.handled()

@@ -202,7 +202,8 @@ def code_map(
     modules of bot/; `duplicates` pairs; run title f-strings. The paths run in this process
     (gateway, Slack adapter on FakeSlack, fake model, private Redis, an RQ SimpleWorker
     thread) under a profile hook that records every production module with code executed
-    in the window, in any thread. See bot/bench/code_map.py and bot/bench/path_trace.py."""
+    in the window, in any thread (background loops too: counts move by a module or two
+    between runs). See bot/bench/code_map.py and bot/bench/path_trace.py."""
     from bot.bench.map_report import report
 
     report(typer.echo, paths=paths, verbose=verbose)

@@ -29,7 +29,8 @@ thread, while a window is open. What it counts:
 
 A module counts when any code of it ran in a window, in any thread: background loops of the
 gateway and the worker that happened to run then are in the figure too (the report says how
-many of the modules also run when idle). Production modules are the ``.py`` files of
+many of the modules also run when idle), so the counts move by a module or two from one
+run to the next: compare two trees over a few runs each. Production modules are the ``.py`` files of
 ``bot/`` (without ``bot/testing``, ``bot/bench``, ``bot/demo``), ``adapters/`` and
 ``workers/``. Nothing depends on module names but the entry points that :mod:`bot.testing`
 and the worker expose (``adapters.slack.build``, ``workers.jobs.warm_up``,

@@ -3,11 +3,11 @@
 What each row counts is said in :mod:`bot.bench.code_map` (static) and
 :mod:`bot.bench.path_trace` (the paths, by running them); each row names its goal.
 
-To measure an older checkout, load these three files over its ``bot`` package (see
+To measure an older checkout, load these four files over its ``bot`` package (see
 :func:`report`: nothing here depends on the older tree's module names)::
 
     cd <old checkout> && PYTHONPATH=$PWD python -c "import importlib.util as u, sys, bot.bench
-    for n in ('code_map', 'path_trace', 'map_report'):
+    for n in ('code_map', 'trace_hooks', 'path_trace', 'map_report'):
         s = u.spec_from_file_location('bot.bench.' + n, '<this checkout>/bot/bench/' + n + '.py')
         m = sys.modules[s.name] = u.module_from_spec(s); s.loader.exec_module(m)
     m.report(print)"

@@ -1,4 +1,4 @@
-"""``fanbot bench soak|latency|stop|compare``: benchmarks against real processes and the fakes.
+"""``fanbot bench soak|latency|stop|compare|map``: benchmarks against real processes and the fakes.
 
 They start their own private Redis, forked workers and the fake model (the processes they
 start get a scrubbed environment; nothing external is touched), print their figures, and exit 1 when a check fails
@@ -22,7 +22,8 @@ from bot.supervise.signals import stop_on_signal
 
 app = typer.Typer(
     name="bench",
-    help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare RQ).",
+    help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare "
+    "RQ), map (the code's shape and the modules one message runs through).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -186,3 +187,24 @@ def compare(
     if plot is not None and not result.plot(plot):
         typer.echo("fanbot bench compare: no plot: matplotlib is missing "
                    "(pip install 'fanbot[plot]')", err=True)  # fmt: skip
+
+
+@app.command(name="map")
+def code_map(
+    paths: Annotated[
+        bool, typer.Option(help="Also run a spawn and a stop in this process and trace them.")
+    ] = True,
+    verbose: Annotated[bool, typer.Option(help="List the modules of each traced path.")] = False,
+) -> None:
+    """The code's figures for this checkout: production lines; modules a Slack message that
+    spawns one subagent runs through up to its announce, and `/subagents stop N` up to its
+    reply and announce, with the stop's Redis commands; raw Redis uses outside bot/store/
+    (`deps.redis`); import cycles (modules, packages); shared module names and top-level
+    modules of bot/; `duplicates` pairs; run title f-strings. The paths run in this process
+    (gateway, Slack adapter on FakeSlack, fake model, private Redis, an RQ SimpleWorker
+    thread) under a profile hook that records every production module with code executed
+    in the window, in any thread (background loops too: counts move by a module or two
+    between runs). See bot/bench/code_map.py and bot/bench/path_trace.py."""
+    from bot.bench.map_report import report
+
+    report(typer.echo, paths=paths, verbose=verbose)

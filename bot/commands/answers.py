@@ -9,7 +9,6 @@ and stripped of backticks so it cannot break the surrounding formatting.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,12 +17,11 @@ from bot.runs.budget import RunSpend, spend_text
 from bot.runs.logview import LogView
 from bot.runs.render import (
     ICONS,
-    format_duration,
-    format_tokens,
     is_tool_message,
     one_line,
     run_name,
 )
+from bot.text.units import ago, duration, tokens, utc_stamp
 from bot.types import RunRecord, RunStatus
 
 LOG_LINE_CHARS = 400
@@ -36,19 +34,15 @@ EMPTY_LIST = (
 )
 
 
-def age(seconds: float) -> str:
-    return f"{format_duration(seconds)} ago"
-
-
 def timing(run: RunRecord, now: float) -> str:
     """Active runs: how long they exist; ended runs: how long they ran, and when."""
     if not run.status.terminal:
         since = run.started_at or run.created_at
         verb = "running for" if run.status is RunStatus.RUNNING else "waiting for"
-        return f"{verb} {format_duration(now - since)}"
+        return f"{verb} {duration(now - since)}"
     ended = run.ended_at or now
-    took = format_duration(ended - (run.started_at or run.created_at))
-    return f"took {took}, {age(now - ended)}"
+    took = duration(ended - (run.started_at or run.created_at))
+    return f"took {took}, {ago(now - ended)}"
 
 
 def render_list(
@@ -118,7 +112,7 @@ def _state(run: RunRecord) -> str:
 def spend(run: RunRecord) -> str:
     """``1.2k tok $0.0012``: what the run has spent so far."""
     cost = f" ${run.cost_usd:.4f}" if run.cost_usd is not None else ""
-    return f"{format_tokens(run.usage.total)} tok{cost}"
+    return f"{tokens(run.usage.total)} tok{cost}"
 
 
 def render_family(run: RunRecord, tree: Sequence[RunRecord]) -> list[str]:
@@ -135,12 +129,10 @@ def render_family(run: RunRecord, tree: Sequence[RunRecord]) -> list[str]:
     if kids:
         listed = ", ".join(f"#{k.seq} {ICONS[k.status]} {_state(k)}" for k in kids)
         lines.append(f"• Children: {listed}")
-    tokens = sum(r.usage.total for r in tree)
+    used = sum(r.usage.total for r in tree)
     costs = [r.cost_usd for r in tree if r.cost_usd is not None]
     money = f" · est ${sum(costs):.4f}" if costs else ""
-    lines.append(
-        f"• Tree: {len(tree)} runs (depth {run.depth}) · {format_tokens(tokens)} tokens{money}"
-    )
+    lines.append(f"• Tree: {len(tree)} runs (depth {run.depth}) · {tokens(used)} tokens{money}")
     return lines
 
 
@@ -152,9 +144,9 @@ def _span(runs: Sequence[RunRecord]) -> str:
 def when(ts: float | None, now: float) -> str:
     if ts is None:
         return "—"
-    stamp = dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    stamp = utc_stamp(ts)
     delta = now - ts
-    return f"{stamp} ({age(delta) if delta >= 0 else 'in ' + format_duration(-delta)})"
+    return f"{stamp} ({ago(delta) if delta >= 0 else 'in ' + duration(-delta)})"
 
 
 def render_info(
@@ -182,8 +174,8 @@ def render_info(
         f"• Started: {when(run.started_at, now)}",
         f"• Ended: {when(run.ended_at, now)}",
         f"• Runtime: {_runtime(run, now)}",
-        f"• Tokens: {format_tokens(run.usage.total)} (in {format_tokens(run.prompt_tokens)}"
-        f" / out {format_tokens(run.completion_tokens)})"
+        f"• Tokens: {tokens(run.usage.total)} (in {tokens(run.prompt_tokens)}"
+        f" / out {tokens(run.completion_tokens)})"
         + (f" · Cost: est ${run.cost_usd:.4f}" if run.cost_usd is not None else ""),
         f"• Cleanup: {run.cleanup.value} · Archive: {_archive(run, archive_at, now)}",
     ]
@@ -200,7 +192,7 @@ def _runtime(run: RunRecord, now: float) -> str:
     if run.started_at is None:
         return "not started"
     end = run.ended_at or now
-    return format_duration(end - run.started_at) + ("" if run.ended_at else " so far")
+    return duration(end - run.started_at) + ("" if run.ended_at else " so far")
 
 
 def _archive(run: RunRecord, archive_at: float | None, now: float) -> str:

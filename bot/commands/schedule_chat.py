@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from bot.commands.router import CommandRequest
 from bot.commands.spawn_command import SpawnAsk, leading_flags, parse_type_and_task, words_after
@@ -24,9 +23,10 @@ from bot.runs.recurring import (
     schedule_store,
     thread_schedules,
 )
-from bot.runs.schedule_spec import Every, duration, every_from_text, parse_every
+from bot.runs.schedule_spec import Every, every_from_text, parse_every
 from bot.runs.type_registry import subagent_types
 from bot.store.schedules import Schedule
+from bot.text.units import duration, same_utc_day, utc_clock, utc_stamp
 
 EVERY_USAGE = (
     "`/subagents every <interval|cron> [type] <task>`, e.g. `/subagents every 2h explore "
@@ -67,10 +67,8 @@ def parse_schedule_id(token: str) -> str | None:
 
 def when(t: float, now: float) -> str:
     """``15:40 UTC (in 25m)`` / ``2026-11-24 09:00 UTC (in 17h 20m)`` (pure)."""
-    at = datetime.fromtimestamp(t, tz=UTC)
-    same_day = at.date() == datetime.fromtimestamp(now, tz=UTC).date()
-    shown = at.strftime("%H:%M UTC" if same_day else "%Y-%m-%d %H:%M UTC")
-    return f"{shown} (in {duration(t - now)})" if t >= now else f"{shown} (due now)"
+    shown = utc_clock(t) if same_utc_day(t, now) else utc_stamp(t, seconds=False)
+    return f"{shown} (in {duration(t - now, style='spaced')})" if t >= now else f"{shown} (due now)"
 
 
 def describe(s: Schedule, now: float) -> str:

@@ -8,7 +8,6 @@ run hashes (the source of truth), never from the workers.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -112,7 +111,3 @@ def stop_in_flight(deps: Deps, snapshot: InFlight, *, by: str) -> int:
         if turn is not None:
             deps.jobs.send_stop(turn.job_id)
     return ended
-
-
-def elapsed_since(start: float) -> str:
-    return f"{time.monotonic() - start:.1f}s"

@@ -36,6 +36,7 @@ from bot.store.approvals import ApprovalRecord, ApprovalState, PendingCall
 from bot.store.jobs import RunJobSpec
 from bot.store.outbox import posted_part
 from bot.store.streams import put_outbound
+from bot.text.units import duration
 from bot.types import Action, Outbound, OutboundKind, RunRecord
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def request_text(approval: ApprovalRecord, *, timeout_s: int) -> str:
         f"🔐 Subagent {approval.label} wants to run `{call.name}`:\n"
         f"```\n{_preview(call.arguments)}\n```\n"
         f"Approve or deny (id `{approval.approval_id}`, no answer in "
-        f"{_duration(timeout_s)} means deny). Reply `!approve {approval.approval_id} "
+        f"{duration(timeout_s, style='exact')} means deny). Reply `!approve {approval.approval_id} "
         "{…new arguments…}` to run it with other arguments."
     )
 
@@ -300,11 +301,3 @@ def _who(qualified: str) -> str:
     """``telegram:1001`` -> ``@1001``; a Matrix id keeps its own ``@``."""
     user = qualified.partition(":")[2] or qualified
     return user if user.startswith("@") else f"@{user}" if user else "nobody"
-
-
-def _duration(seconds: int) -> str:
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600} h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"

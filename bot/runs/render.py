@@ -28,6 +28,7 @@ from typing import Any
 from bot.config import Price
 from bot.prices import table_cost
 from bot.text.clip import split_note
+from bot.text.units import duration, tokens
 from bot.types import ResultFormat, RunRecord, RunStatus, Usage
 
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
@@ -86,27 +87,6 @@ def is_tool_message(message: Mapping[str, Any]) -> bool:
     return message.get("role") == "tool" or bool(message.get("tool_calls"))
 
 
-def format_duration(seconds: float) -> str:
-    """``0.4`` -> ``0s``, ``62`` -> ``1m02s``, ``3725`` -> ``1h02m``."""
-    total = max(0, round(seconds))
-    if total < 60:
-        return f"{total}s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
-def format_tokens(n: int) -> str:
-    """``950`` -> ``950``, ``3100`` -> ``3.1k``, ``2_500_000`` -> ``2.5M``."""
-    if n < 1000:
-        return str(n)
-    if n < 1_000_000:
-        return f"{n / 1000:.1f}k"
-    return f"{n / 1_000_000:.1f}M"
-
-
 def estimate_cost(model: str, usage: Usage, prices: Mapping[str, Price]) -> float | None:
     """USD for ``usage`` at the model's configured per-1M-token prices, else at the price
     table's (:mod:`bot.prices`); None if neither knows the model."""
@@ -133,9 +113,9 @@ def stats_line(record: RunRecord, *, ended_at: float, transcript_ref: str) -> st
     started = record.started_at or record.created_at
     usage = record.usage
     parts = [
-        f"runtime {format_duration(ended_at - started)}",
-        f"tokens {format_tokens(usage.total)} (in {format_tokens(usage.prompt_tokens)}"
-        f" / out {format_tokens(usage.completion_tokens)})",
+        f"runtime {duration(ended_at - started)}",
+        f"tokens {tokens(usage.total)} (in {tokens(usage.prompt_tokens)}"
+        f" / out {tokens(usage.completion_tokens)})",
     ]
     if record.cost_usd is not None:
         parts.append(f"est ${record.cost_usd:.4f}")
@@ -218,7 +198,7 @@ def render_compact_card(record: RunRecord, *, status: RunStatus, ended_at: float
     continuation carries the result, so the card only says how the run ended."""
     verb = ENDED_VERBS.get(status, "ended")
     started = record.started_at or record.created_at
-    facts = [format_duration(ended_at - started), f"{format_tokens(record.usage.total)} tokens"]
+    facts = [duration(ended_at - started), f"{tokens(record.usage.total)} tokens"]
     if record.cost_usd is not None:
         facts.append(f"est ${record.cost_usd:.4f}")
     return f"{icon(status)} {title(record)} ({record.subagent_type}) {verb} · " + " · ".join(facts)

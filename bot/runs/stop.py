@@ -29,10 +29,11 @@ from bot.deps import Deps
 from bot.runs.approval_gate import RESUME_PREFIX, withdraw
 from bot.runs.finalize import finalize_run
 from bot.runs.join import JOB_PREFIX
-from bot.runs.render import format_duration, format_tokens, run_name
+from bot.runs.render import run_name
 from bot.sessions import qualified_user
 from bot.store.stops import TURN_MEMBER
 from bot.store.streams import put_outbound
+from bot.text import units
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -154,8 +155,8 @@ def stop_note(deps: Deps, record: RunRecord, by: str, *, now: float | None = Non
     if record.status is RunStatus.QUEUED or record.started_at is None:
         return f"stopped by {by} before it started"
     steps = deps.transcripts.length(record.session_id)
-    ran = format_duration(now - record.started_at)
-    tokens = format_tokens(record.usage.total)
+    ran = units.duration(now - record.started_at)
+    tokens = units.tokens(record.usage.total)
     progress = f"{steps} transcript message(s), {tokens} tokens so far"
     partial = "; the result is partial" if record.result.strip() else ""
     return f"stopped by {by} after {ran} ({progress}){partial}"

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from bot.runs.naming import Icon
 from bot.text.units import duration
 from bot.types import Inbound, Outbound, OutboundKind, Sender, ThreadRef
 
@@ -151,5 +152,5 @@ def live_lines(
         detail = run_detail(run, text)
         elapsed = duration(now - run.since, floor=True)
         prefix = thread_prefix(run.thread, show_thread=show_thread)
-        lines.append(f"{prefix}⏳ {run.title} — {detail} · {elapsed}")
+        lines.append(f"{prefix}{Icon.WORKING} {run.title} — {detail} · {elapsed}")
     return lines

@@ -15,11 +15,9 @@ from typing import Any
 
 from bot.runs.budget import RunSpend, spend_text
 from bot.runs.logview import LogView
+from bot.runs.naming import ICONS, Icon, one_line, run_name, run_title
 from bot.runs.render import (
-    ICONS,
     is_tool_message,
-    one_line,
-    run_name,
 )
 from bot.text.units import ago, duration, tokens, utc_stamp
 from bot.types import RunRecord, RunStatus
@@ -60,7 +58,7 @@ def render_list(
         for run, depth in _walk(root, children, 0):
             lead = "  " * depth + ("└ " if depth else "")
             lines.append(
-                f"{lead}#{run.seq} {ICONS[run.status]} {_state(run)}{_place(run, line)} · "
+                f"{lead}{run_title(run, noun='', name='none')} {ICONS[run.status]} {_state(run)}{_place(run, line)} · "
                 f"{run_name(run)} · "
                 f"{timing(run, now)} · {spend(run)} · `{run.run_id[:8]}`"
                 + ("" if depth else f" · `{run.child_session_key}`")
@@ -124,10 +122,15 @@ def render_family(run: RunRecord, tree: Sequence[RunRecord]) -> list[str]:
     lines = []
     parent = by_id.get(run.parent_run_id)
     if parent is not None:
-        lines.append(f"• Parent: #{parent.seq} {ICONS[parent.status]} {run_name(parent)}")
+        lines.append(
+            f"• Parent: {run_title(parent, noun='', name='none')} {ICONS[parent.status]} "
+            f"{run_name(parent)}"
+        )
     kids = sorted((r for r in tree if r.parent_run_id == run.run_id), key=lambda r: r.seq)
     if kids:
-        listed = ", ".join(f"#{k.seq} {ICONS[k.status]} {_state(k)}" for k in kids)
+        listed = ", ".join(
+            f"{run_title(k, noun='', name='none')} {ICONS[k.status]} {_state(k)}" for k in kids
+        )
         lines.append(f"• Children: {listed}")
     used = sum(r.usage.total for r in tree)
     costs = [r.cost_usd for r in tree if r.cost_usd is not None]
@@ -138,7 +141,8 @@ def render_family(run: RunRecord, tree: Sequence[RunRecord]) -> list[str]:
 
 def _span(runs: Sequence[RunRecord]) -> str:
     numbers = sorted(r.seq for r in runs)
-    return f"#{numbers[0]}" if len(numbers) == 1 else f"#{numbers[0]}–#{numbers[-1]}"
+    first, last = (run_title(n, noun="", name="none") for n in (numbers[0], numbers[-1]))
+    return first if len(numbers) == 1 else f"{first}–{last}"
 
 
 def when(ts: float | None, now: float) -> str:
@@ -160,7 +164,7 @@ def render_info(
     """``/subagents info``: every field a person needs to understand one run (``spend``:
     its and its tree's spend against their limits)."""
     lines = [
-        f"**Subagent #{run.seq}** · {ICONS[run.status]} {run.status.value} · {run_name(run)}",
+        f"**{run_title(run, name='none')}** · {ICONS[run.status]} {run.status.value} · {run_name(run)}",
         f"• Label: {one_line(run.label) or '—'}",
         f"• Task: {one_line(run.task, 300)}",
         f"• Run id: `{run.run_id}`",
@@ -221,7 +225,7 @@ def render_log(run: RunRecord, *, view: LogView, tools: bool) -> str:
     total = f"{view.total:,}" + ("" if view.exact else "+")
     which = "with tool calls" if tools else "tool calls hidden; add `tools` to show them"
     head = (
-        f"**Log of subagent #{run.seq}** · {run_name(run)} — "
+        f"**Log of {run_title(run, noun='subagent', name='none')}** · {run_name(run)} — "
         f"last {len(view.messages)} of {total} messages ({which})"
     )
     if not view.messages:
@@ -246,7 +250,7 @@ def log_line(message: Mapping[str, Any]) -> str:
     for call in calls if isinstance(calls, list) else ():
         fn = call.get("function") if isinstance(call, dict) else None
         fn = fn if isinstance(fn, dict) else {}
-        parts.append(f"🔧 {fn.get('name', '?')}({_args(fn.get('arguments', ''))})")
+        parts.append(f"{Icon.TOOL} {fn.get('name', '?')}({_args(fn.get('arguments', ''))})")
     text = one_line(" ".join(parts), LOG_LINE_CHARS) or "(empty)"
     return f"**{role}**: {text}"
 
@@ -265,10 +269,8 @@ __all__ = [
     "EMPTY_LIST",
     "is_tool_message",
     "log_line",
-    "one_line",
     "render_info",
     "render_list",
     "render_log",
-    "run_name",
     "timing",
 ]

@@ -16,6 +16,7 @@ from bot.commands.router import CommandRequest
 from bot.commands.spawn_command import SpawnAsk, leading_flags, parse_type_and_task, words_after
 from bot.errors import FanbotError
 from bot.runs.access import Actor
+from bot.runs.naming import Icon
 from bot.runs.recurring import (
     NewSchedule,
     add_schedule,
@@ -127,7 +128,7 @@ def handle_every(req: CommandRequest) -> str:
         return f"I can't make that schedule: {exc}"
     kind = made.subagent_type or "general-purpose"
     return (
-        f"⏰ Schedule #{made.schedule_id}: {parsed.every.describe()}, first at "
+        f"{Icon.SCHEDULE} Schedule #{made.schedule_id}: {parsed.every.describe()}, first at "
         f"{when(made.next_time, time.time())} — {kind}: {made.task}\n"
         f"Each run announces here. `/subagents unschedule {made.schedule_id}` removes it."
     )
@@ -152,4 +153,4 @@ def handle_unschedule(req: CommandRequest) -> str:
         return f"I can't remove schedule #{found.schedule_id}: {decision.reason}"
     if not schedule_store(req.deps).remove(found.schedule_id):
         return f"Schedule #{found.schedule_id} was just removed by someone else."
-    return f"🗑️ Removed schedule #{found.schedule_id} ({every_from_text(found.every).describe()}): {found.task}"
+    return f"{Icon.REMOVED} Removed schedule #{found.schedule_id} ({every_from_text(found.every).describe()}): {found.task}"

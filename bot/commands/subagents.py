@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from bot.commands import schedule_chat as schedule_commands
-from bot.commands.answers import render_family, render_info, render_list, render_log, run_name
+from bot.commands.answers import render_family, render_info, render_list, render_log
 from bot.commands.parse import Command
 from bot.commands.router import CommandRequest, CommandRouter, early_reply
 from bot.commands.spawn_command import handle_spawn
@@ -33,6 +33,7 @@ from bot.runs.access import (
 from bot.runs.budget import run_spend
 from bot.runs.join import cancel_joins
 from bot.runs.logview import read_log
+from bot.runs.naming import Icon, run_title
 from bot.runs.send import SendOutcome, send
 from bot.runs.steer_receipts import new_receipt, receipt_text
 from bot.runs.stop import running_turn, stop_run, stop_turn
@@ -171,7 +172,7 @@ def _close(req: CommandRequest, found: Resolution) -> str:
     assert run is not None
     decision = may_control(actor_of(req), run, verb="close the thread of")
     if not decision.allowed:
-        return f"I can't close the thread of subagent #{run.seq}: {decision.reason}"
+        return f"I can't close the thread of {run_title(run, noun='subagent', name='none')}: {decision.reason}"
     return close_thread(req.deps, run)
 
 
@@ -195,7 +196,7 @@ def _abort_turn(req: CommandRequest) -> str:
     if not (actor.is_admin or turn.owner == actor.qualified):
         return "The answer in progress was asked for by someone else, so I left it running."
     stop_turn(req.deps, req.session_key, job_id=turn.job_id)
-    return "⏹️ Stopping the answer in progress."
+    return f"{Icon.STOPPED} Stopping the answer in progress."
 
 
 def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
@@ -207,7 +208,7 @@ def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
     stopped = [r for r in allowed if stop_run(req.deps, r.run_id, by=by).ended]
     lines = []
     if stopped:
-        lines.append(f"⏹️ Stopped {len(stopped)}: {_numbers(stopped)}.")
+        lines.append(f"{Icon.STOPPED} Stopped {len(stopped)}: {_numbers(stopped)}.")
     if refused:
         lines.append(
             f"Skipped {len(refused)} started by someone else ({_numbers(refused)}): "
@@ -221,7 +222,7 @@ def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
 def _stop_one(req: CommandRequest, found: Resolution) -> str:
     run = found.run
     assert run is not None
-    name = f"subagent #{run.seq} · {run_name(run)}"
+    name = run_title(run, noun="subagent", name="dotted")
     if run.status.terminal:
         return f"{name.capitalize()} already ended ({run.status.value}); nothing to stop."
     decision = may_control(actor_of(req), run, verb="stop")
@@ -230,13 +231,13 @@ def _stop_one(req: CommandRequest, found: Resolution) -> str:
     result = stop_run(req.deps, run.run_id, by=_by(req))
     if not result.ended:
         return f"{name.capitalize()} ended on its own just now; nothing to stop."
-    return f"⏹️ Stopped {name} (`{run.run_id[:8]}`). Its announce follows."
+    return f"{Icon.STOPPED} Stopped {name} (`{run.run_id[:8]}`). Its announce follows."
 
 
 def _send(req: CommandRequest, found: Resolution, message: str) -> str:
     run = found.run
     assert run is not None
-    name = f"subagent #{run.seq} · {run_name(run)}"
+    name = run_title(run, noun="subagent", name="dotted")
     decision = may_control(actor_of(req), run, verb="send to")
     if not decision.allowed:
         return f"I can't send to {name}: {decision.reason}"
@@ -248,7 +249,7 @@ def _send(req: CommandRequest, found: Resolution, message: str) -> str:
         made = new_receipt(
             deps,
             run=target,
-            name=f"subagent #{target.seq} · {run_name(target)}",
+            name=run_title(target, noun="subagent", name="dotted"),
             thread=inbound.thread,
             reply_key=reply.idempotency_key,
             ephemeral_to=reply.ephemeral_to,
@@ -267,8 +268,9 @@ def _send(req: CommandRequest, found: Resolution, message: str) -> str:
             "follow-up. Ask me for a new task instead."
         )
     return (
-        f"↪️ {name.capitalize()} had ended ({run.status.value}), so I started a follow-up on "
-        f"the same session: run #{result.run.seq} (`{result.run.run_id[:8]}`). Its answer "
+        f"{Icon.FOLLOW_UP} {name.capitalize()} had ended ({run.status.value}), so I started a follow-up on "
+        f"the same session: {run_title(result.run, noun='run', name='none')} (`{result.run.run_id[:8]}`). "
+        "Its answer "
         "will be announced here."
     )
 
@@ -316,7 +318,7 @@ def _by(req: CommandRequest) -> str:
 
 
 def _numbers(runs: list[RunRecord]) -> str:
-    return ", ".join(f"#{r.seq}" for r in sorted(runs, key=lambda r: r.seq))
+    return ", ".join(run_title(r, noun="", name="none") for r in sorted(runs, key=lambda r: r.seq))
 
 
 def _scope_name(req: CommandRequest) -> str:

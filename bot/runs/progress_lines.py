@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 
 from bot.deps import Deps
-from bot.runs.render import title
 from bot.steps import Meter
 from bot.store.progress import ProgressEvent
 from bot.text.units import duration
@@ -27,11 +26,6 @@ log = logging.getLogger(__name__)
 
 TOOLS_FIELD = "tool_calls"
 """Run-hash field with the run's tool calls so far (not a :class:`RunRecord` field)."""
-
-
-def card_title(record: RunRecord) -> str:
-    """``[explore] Subagent #2 "Django research"``: the type tag, then the run's title."""
-    return f"[{record.subagent_type}] {title(record)}"
 
 
 def tally(tools: int, elapsed: float) -> str:

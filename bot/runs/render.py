@@ -1,5 +1,5 @@
-"""How a run is shown: its name, title, status icons, durations, the announce and the
-history note (pure rendering; every place that shows a run uses these).
+"""How a run's end is shown: the announce and the history note (pure rendering; the run's
+name and icons come from :mod:`bot.runs.naming`, durations from :mod:`bot.text.units`).
 
 The announce is how a finished run reports back into its thread.
 
@@ -27,6 +27,7 @@ from typing import Any
 
 from bot.config import Price
 from bot.prices import table_cost
+from bot.runs.naming import icon, run_title
 from bot.text.clip import split_note
 from bot.text.units import duration, tokens
 from bot.types import ResultFormat, RunRecord, RunStatus, Usage
@@ -34,18 +35,6 @@ from bot.types import ResultFormat, RunRecord, RunStatus, Usage
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
 MAX_NOTES_CHARS = 2_000
 HISTORY_NOTE_CHARS = 16_000
-NAME_CHARS = 60
-"""A run's name (label, else task) is cut to this many characters wherever it is shown."""
-
-ICONS = {
-    RunStatus.QUEUED: "⏳",
-    RunStatus.RUNNING: "🏃",
-    RunStatus.SUCCESS: "✅",
-    RunStatus.ERROR: "❌",
-    RunStatus.TIMEOUT: "⏱️",
-    RunStatus.STOPPED: "⏹️",
-    RunStatus.UNKNOWN: "❓",
-}
 ENDED_VERBS = {
     RunStatus.SUCCESS: "finished",
     RunStatus.ERROR: "failed",
@@ -53,33 +42,6 @@ ENDED_VERBS = {
     RunStatus.STOPPED: "was stopped",
     RunStatus.UNKNOWN: "ended unexpectedly",
 }
-
-
-def icon(status: RunStatus | str) -> str:
-    """The status's icon; ``•`` for anything that is not a status."""
-    try:
-        return ICONS[RunStatus(status)]
-    except ValueError:
-        return "•"
-
-
-def one_line(text: str, limit: int = NAME_CHARS) -> str:
-    """Whitespace folded, backticks made single quotes (so untrusted text cannot break a
-    code span), cut to ``limit`` characters with "…"."""
-    clean = " ".join(text.split()).replace("`", "'")
-    return clean if len(clean) <= limit else clean[: limit - 1].rstrip() + "…"
-
-
-def run_name(record: RunRecord, limit: int = NAME_CHARS) -> str:
-    """The run's label, else its task, on one line (double quotes made single, since
-    titles quote it)."""
-    return one_line(record.label or record.task, limit).replace('"', "'") or "(no task)"
-
-
-def title(record: RunRecord) -> str:
-    """``Subagent #2 "Django research"``: how a run is named on its status card, announce
-    and history note."""
-    return f'Subagent #{record.seq} "{run_name(record)}"'
 
 
 def is_tool_message(message: Mapping[str, Any]) -> bool:
@@ -140,7 +102,7 @@ def render_announce(
     """The announce text for ``record`` ending with ``status`` (``record`` has final usage)."""
     verb = ENDED_VERBS.get(status, "ended")
     lines = [
-        f"{icon(status)} {title(record)} ({record.subagent_type}) {verb}",
+        f"{icon(status)} {run_title(record, kind='after')} {verb}",
         f"Status: {status.value}",
     ]
     shown = result.strip()
@@ -188,7 +150,7 @@ def history_note(
     result, like any history entry)."""
     body = truncate(result.strip(), max_chars) if result.strip() else "(no result)"
     return (
-        f"[{title(record)} ({record.subagent_type}) ended: "
+        f"[{run_title(record, kind='after')} ended: "
         f"{status.value}; run {record.run_id[:8]}]\n{body}"
     )
 
@@ -201,4 +163,4 @@ def render_compact_card(record: RunRecord, *, status: RunStatus, ended_at: float
     facts = [duration(ended_at - started), f"{tokens(record.usage.total)} tokens"]
     if record.cost_usd is not None:
         facts.append(f"est ${record.cost_usd:.4f}")
-    return f"{icon(status)} {title(record)} ({record.subagent_type}) {verb} · " + " · ".join(facts)
+    return f"{icon(status)} {run_title(record, kind='after')} {verb} · " + " · ".join(facts)

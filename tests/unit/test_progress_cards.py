@@ -24,7 +24,8 @@ from bot.gateway.status_cards import ProgressRenderer, moved_text, quiet_text, s
 from bot.ports import DeletingChannel, PartLog
 from bot.runs.execute import execute_run
 from bot.runs.finalize import finalize_run
-from bot.runs.progress_lines import card_title, tally
+from bot.runs.naming import run_title
+from bot.runs.progress_lines import tally
 from bot.runs.stop import stop_run
 from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.progress import ProgressEvent, ProgressStore, decode, put_progress
@@ -119,7 +120,7 @@ def events(deps: Deps) -> list[ProgressEvent]:
 
 
 def test_card_title_carries_the_type_tag(deps: Deps) -> None:
-    assert card_title(make_run(deps)) == '[explore] Subagent #2 "Research"'
+    assert run_title(make_run(deps), kind="tag") == '[explore] Subagent #2 "Research"'
 
 
 def test_an_event_round_trips_through_the_stream_and_tolerates_bad_numbers(deps: Deps) -> None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 
 from bot.config import Price
 from bot.gateway.ops.snapshot import Snapshot
-from bot.runs.render import estimate_cost, run_name
+from bot.runs.naming import run_title
+from bot.runs.render import estimate_cost
 from bot.store.dead_letters import DeadLetter
 from bot.store.jobs import QueueOverview, WorkerInfo
 from bot.text.units import ago, duration, tokens
@@ -116,7 +117,7 @@ def run_row(
     ended = record.ended_at if record.status.terminal else None
     return RunRow(
         run_id=record.run_id,
-        name=f"#{record.seq} {run_name(record)}",
+        name=run_title(record, noun="", name="plain"),
         agent=f"{record.agent_id}/{record.subagent_type}",
         status=record.status.value,
         age=duration(now - record.created_at),
@@ -173,7 +174,7 @@ def worker_row(worker: WorkerInfo, *, now: float, runs: Mapping[str, RunRecord])
     current = "–"
     if job:
         run = runs.get(job)
-        current = f"run #{run.seq} {run_name(run)}" if run is not None else f"job {job}"
+        current = run_title(run, noun="run", name="plain") if run is not None else f"job {job}"
     beat = worker.last_heartbeat
     return WorkerRow(
         name=worker.name,

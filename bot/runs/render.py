@@ -28,7 +28,7 @@ from typing import Any
 from bot.config import Price
 from bot.prices import table_cost
 from bot.runs.naming import icon, run_title
-from bot.text.clip import split_note
+from bot.text.clip import clip
 from bot.text.units import duration, tokens
 from bot.types import ResultFormat, RunRecord, RunStatus, Usage
 
@@ -58,17 +58,6 @@ def estimate_cost(model: str, usage: Usage, prices: Mapping[str, Price]) -> floa
             model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
         )
     return (usage.prompt_tokens * price.input + usage.completion_tokens * price.output) / 1e6
-
-
-def truncate(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters with a note saying how many more there were
-    (counting what an earlier cut, e.g. of the model's reply, already dropped)."""
-    if len(text) <= limit:
-        return text
-    end, earlier = split_note(text)
-    if end <= limit:
-        return text
-    return text[:limit].rstrip() + f"\n… (truncated, {end - limit + earlier:,} more characters)"
 
 
 def stats_line(record: RunRecord, *, ended_at: float, transcript_ref: str) -> str:
@@ -108,10 +97,10 @@ def render_announce(
     shown = result.strip()
     if record.result_format is ResultFormat.JSON and status is RunStatus.SUCCESS:
         shown = render_structured(shown) or shown
-    body = truncate(shown, max_result_chars) if shown else "(not available)"
+    body = clip(shown, max_result_chars, wording="result") if shown else "(not available)"
     lines.append(f"Result:\n{body}" if "\n" in body else f"Result: {body}")
     if notes.strip():
-        lines.append(f"Notes: {truncate(notes.strip(), MAX_NOTES_CHARS)}")
+        lines.append(f"Notes: {clip(notes.strip(), MAX_NOTES_CHARS, wording='result')}")
     lines.append(stats_line(record, ended_at=ended_at, transcript_ref=transcript_ref))
     return "\n".join(lines)
 
@@ -148,7 +137,7 @@ def history_note(
 ) -> str:
     """What the main agent sees of the result in its next turn (at most ``max_chars`` of
     result, like any history entry)."""
-    body = truncate(result.strip(), max_chars) if result.strip() else "(no result)"
+    body = clip(result.strip(), max_chars, wording="result") if result.strip() else "(no result)"
     return (
         f"[{run_title(record, kind='after')} ended: "
         f"{status.value}; run {record.run_id[:8]}]\n{body}"

@@ -31,6 +31,7 @@ from bot.store.workspace import (
     normalize_path,
 )
 from bot.text import units
+from bot.text.clip import cut_note
 
 MAX_LINE_CHARS = 2_000
 MAX_GREP_LINES = 500
@@ -127,7 +128,7 @@ def _read_file(ctx: ToolContext, args: ReadFileArgs) -> str:
 def _cut(line: str) -> str:
     if len(line) <= MAX_LINE_CHARS:
         return line
-    return line[:MAX_LINE_CHARS] + f" [… line cut: {len(line) - MAX_LINE_CHARS} more characters]"
+    return line[:MAX_LINE_CHARS] + " " + cut_note(len(line) - MAX_LINE_CHARS, wording="line")
 
 
 def _write_file(ctx: ToolContext, args: WriteFileArgs) -> str:

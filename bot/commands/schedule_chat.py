@@ -12,6 +12,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from bot.commands.registry import subcommand
 from bot.commands.router import CommandRequest
 from bot.commands.spawn_command import SpawnAsk, leading_flags, parse_type_and_task, words_after
 from bot.errors import FanbotError
@@ -30,7 +31,7 @@ from bot.store.schedules import Schedule
 from bot.text.units import duration, same_utc_day, utc_clock, utc_stamp
 
 EVERY_USAGE = (
-    "`/subagents every <interval|cron> [type] <task>`, e.g. `/subagents every 2h explore "
+    f"`{subcommand('every').spelled}`, e.g. `/subagents every 2h explore "
     "check the build` or `/subagents every 0 9 * * 1-5 summarize open issues` (cron in UTC)"
 )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from bot.commands.registry import subcommand
 from bot.commands.router import CommandRequest
 from bot.errors import FanbotError
 from bot.runs.access import Actor
@@ -20,9 +21,7 @@ from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.runs.type_registry import subagent_types
 
 MAX_TASK_CHARS = 20_000
-SPAWN_USAGE = (
-    "`/subagents spawn [--thread] [type] <task>`, e.g. `/subagents spawn explore map the repo`"
-)
+SPAWN_USAGE = f"`{subcommand('spawn').spelled}`, e.g. `/subagents spawn explore map the repo`"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from bot.commands import schedule_chat as schedule_commands
 from bot.commands.answers import render_family, render_info, render_list, render_log
 from bot.commands.parse import Command
+from bot.commands.registry import LOG_DEFAULT, LOG_MAX, SUBAGENTS, USAGE
 from bot.commands.router import CommandRequest, CommandRouter, early_reply
 from bot.commands.spawn_command import handle_spawn
 from bot.runs.access import (
@@ -42,25 +43,6 @@ from bot.store.receipts import Receipt
 from bot.store.streams import put_outbound
 from bot.types import RunRecord, RunStatus
 
-LOG_DEFAULT = 20
-LOG_MAX = 200
-
-USAGE = (
-    "Usage:\n"
-    "• `/subagents list`\n"
-    "• `/subagents info <id>`\n"
-    f"• `/subagents log <id> [limit] [tools]` (limit 1–{LOG_MAX}, default {LOG_DEFAULT}; "
-    "`tools` adds tool calls and results)\n"
-    "• `/subagents send <id> <message>`\n"
-    "• `/subagents stop <id|all>`\n"
-    "• `/subagents spawn [--thread] [type] <task>` (`--thread`: in a thread of its own)\n"
-    "• `/subagents close <id>`: unbind a child's own thread\n"
-    "• `/subagents every <interval|cron> [type] <task>`, `/subagents schedules`, "
-    "`/subagents unschedule <id>`\n"
-    "`<id>`: the run's number (`3` or `#3`, as its status card and announce show it), "
-    "`last`, a run-id prefix or a child session key."
-)
-SUBCOMMANDS = ("list", "info", "log", "send", "stop", "close", "help")
 # Subcommands with their own parsing and handler (no run id to resolve).
 OWN_HANDLERS: dict[str, Callable[[CommandRequest], str]] = {
     "spawn": handle_spawn,
@@ -68,6 +50,8 @@ OWN_HANDLERS: dict[str, Callable[[CommandRequest], str]] = {
     "schedules": schedule_commands.handle_list,
     "unschedule": schedule_commands.handle_unschedule,
 }
+SUBCOMMANDS = tuple(s.name for s in SUBAGENTS if s.name not in OWN_HANDLERS)
+"""The actions :func:`parse_subagents` parses (the others have their own handlers)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -58,7 +58,8 @@ def render_list(
         for run, depth in _walk(root, children, 0):
             lead = "  " * depth + ("└ " if depth else "")
             lines.append(
-                f"{lead}{run_title(run, noun='', name='none')} {ICONS[run.status]} {_state(run)}{_place(run, line)} · "
+                f"{lead}{run_title(run, noun='', name='none')} {ICONS[run.status]} "
+                f"{_state(run)}{_place(run, line)} · "
                 f"{run_name(run)} · "
                 f"{timing(run, now)} · {spend(run)} · `{run.run_id[:8]}`"
                 + ("" if depth else f" · `{run.child_session_key}`")
@@ -164,7 +165,8 @@ def render_info(
     """``/subagents info``: every field a person needs to understand one run (``spend``:
     its and its tree's spend against their limits)."""
     lines = [
-        f"**{run_title(run, name='none')}** · {ICONS[run.status]} {run.status.value} · {run_name(run)}",
+        f"**{run_title(run, name='none')}** · {ICONS[run.status]} {run.status.value} · "
+        f"{run_name(run)}",
         f"• Label: {one_line(run.label) or '—'}",
         f"• Task: {one_line(run.task, 300)}",
         f"• Run id: `{run.run_id}`",

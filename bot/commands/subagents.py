@@ -156,7 +156,8 @@ def _close(req: CommandRequest, found: Resolution) -> str:
     assert run is not None
     decision = may_control(actor_of(req), run, verb="close the thread of")
     if not decision.allowed:
-        return f"I can't close the thread of {run_title(run, noun='subagent', name='none')}: {decision.reason}"
+        name = run_title(run, noun="subagent", name="none")
+        return f"I can't close the thread of {name}: {decision.reason}"
     return close_thread(req.deps, run)
 
 
@@ -252,10 +253,9 @@ def _send(req: CommandRequest, found: Resolution, message: str) -> str:
             "follow-up. Ask me for a new task instead."
         )
     return (
-        f"{Icon.FOLLOW_UP} {name.capitalize()} had ended ({run.status.value}), so I started a follow-up on "
-        f"the same session: {run_title(result.run, noun='run', name='none')} (`{result.run.run_id[:8]}`). "
-        "Its answer "
-        "will be announced here."
+        f"{Icon.FOLLOW_UP} {name.capitalize()} had ended ({run.status.value}), so I started a "
+        f"follow-up on the same session: {run_title(result.run, noun='run', name='none')} "
+        f"(`{result.run.run_id[:8]}`). Its answer will be announced here."
     )
 
 

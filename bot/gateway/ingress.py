@@ -252,14 +252,18 @@ class Ingress:
         )
         decision = may_control(actor, run, verb="send to")
         if not decision.allowed:
-            return f"This thread belongs to {run_title(run, noun='subagent', name='none')}: {decision.reason}"
+            name = run_title(run, noun="subagent", name="none")
+            return f"This thread belongs to {name}: {decision.reason}"
         result = send(self.deps, run, inbound.text, requester=actor.qualified)
         name = run_title(result.run, noun="subagent", name="none")
         if result.outcome is SendOutcome.STEERED:
             return f"{Icon.STEERED} Passed to {name}; it reads it before its next step."
         if result.outcome is SendOutcome.FOLLOW_UP:
             return f"{Icon.FOLLOW_UP} {name} continues with your message (a follow-up run)."
-        return f"{run_title(run, name='none')} is archived; `/subagents close {run.seq}` frees this thread."
+        return (
+            f"{run_title(run, name='none')} is archived; "
+            f"`/subagents close {run.seq}` frees this thread."
+        )
 
     def _with_files(self, inbound: Inbound, session_key: str) -> Inbound:
         """Save the attachments into the workspace; the turn's text names them."""

@@ -177,7 +177,8 @@ def _by_number(number: int, runs: Sequence[RunRecord]) -> Resolution:
     # A channel-wide command sees several threads, each numbering its own runs.
     listed = ", ".join(f"`{r.run_id[:8]}`" for r in hits[:5])
     return Resolution(
-        error=f"{run_title(number, noun='', name='none')} names {len(hits)} runs in this channel ({listed}); "
+        error=f"{run_title(number, noun='', name='none')} names {len(hits)} runs in this channel "
+        f"({listed}); "
         "use the run-id prefix, or ask in the run's own thread."
     )
 

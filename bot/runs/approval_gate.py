@@ -272,7 +272,8 @@ def resume(deps: Deps, approval: ApprovalRecord) -> None:
             run_id=record.run_id,
             timeout=record.timeout_s + sub.job_grace_seconds,
             max_concurrent=sub.max_concurrent,
-            description=f"{run_title(record, noun='subagent', name='none')} resumes after approval {approval.approval_id}",
+            description=f"{run_title(record, noun='subagent', name='none')} resumes after "
+            f"approval {approval.approval_id}",
             session_key=record.session_key,
             per_session=sub.max_concurrent_per_session,
         ),

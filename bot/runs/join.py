@@ -178,7 +178,8 @@ def _resume_parent(deps: Deps, run_id: str, join_id: str, job_id: str) -> None:
             run_id=run_id,
             timeout=record.timeout_s + sub.job_grace_seconds,
             max_concurrent=sub.max_concurrent,
-            description=f"{run_title(record, noun='subagent', name='none')} resumes after its subagents",
+            description=f"{run_title(record, noun='subagent', name='none')} resumes after "
+            "its subagents",
             session_key=record.session_key,
             per_session=sub.max_concurrent_per_session,
         ),

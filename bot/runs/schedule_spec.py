@@ -73,7 +73,8 @@ def parse_every(words: Sequence[str], *, min_seconds: int) -> tuple[Every, int] 
     seconds = parse_interval(words[0])
     if seconds is not None:
         if seconds < min_seconds:
-            return f"`{words[0]}` is too often: the shortest interval is {duration(min_seconds, style='spaced')}"
+            shortest = duration(min_seconds, style="spaced")
+            return f"`{words[0]}` is too often: the shortest interval is {shortest}"
         if seconds > MAX_INTERVAL:
             return f"`{words[0]}` is too long: the longest interval is 366d"
         return Every(text=words[0].lower(), seconds=seconds), 1

@@ -32,13 +32,13 @@ def receipt_text(receipt: Receipt) -> str:
         return f"{Icon.DELIVERED} Delivered to {name}: it read your message between two steps."
     if receipt.follow_up:
         return (
-            f"{Icon.FOLLOW_UP} {name[0].upper()}{name[1:]} ended before reading your message, so I started a "
-            f"follow-up on the same session with it: run {receipt.follow_up}. Its answer will "
-            "be announced here."
+            f"{Icon.FOLLOW_UP} {name[0].upper()}{name[1:]} ended before reading your message, "
+            f"so I started a follow-up on the same session with it: run {receipt.follow_up}. "
+            "Its answer will be announced here."
         )
     return (
-        f"{Icon.WARNING} {name[0].upper()}{name[1:]} ended before reading your message, so it was not "
-        "delivered. Send it again to start a follow-up."
+        f"{Icon.WARNING} {name[0].upper()}{name[1:]} ended before reading your message, "
+        "so it was not delivered. Send it again to start a follow-up."
     )
 
 

@@ -102,7 +102,8 @@ def opened_messages(binding: Binding, record: RunRecord) -> list[Outbound]:
     key = f"thread-note:{record.run_id}"
     if binding.child is None:
         text = (
-            f"{Icon.THREAD} I couldn't open a thread of its own for {name} ({binding.note or 'unknown'}); "
+            f"{Icon.THREAD} I couldn't open a thread of its own for {name} "
+            f"({binding.note or 'unknown'}); "
             "it reports here."
         )
         return [Outbound(thread=binding.parent, text=text, idempotency_key=key)]

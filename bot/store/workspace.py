@@ -321,13 +321,14 @@ def _put_result(status: str, number: int, *, path: str, size: int, lim: Limits) 
     if status == "ok":
         return number
     if status == "too_big":
+        most = units.size(lim.max_file_bytes, precise=True)
         raise WorkspaceFull(
-            f"{path}: {units.size(size, precise=True)} is more than a file may hold ({units.size(lim.max_file_bytes, precise=True)})"
+            f"{path}: {units.size(size, precise=True)} is more than a file may hold ({most})"
         )
     if status == "full":
+        used, most = units.size(number, precise=True), units.size(lim.max_bytes, precise=True)
         raise WorkspaceFull(
-            f"{path}: the workspace is full ({units.size(number, precise=True)} of {units.size(lim.max_bytes, precise=True)} used); "
-            "make room or write less"
+            f"{path}: the workspace is full ({used} of {most} used); make room or write less"
         )
     if status == "too_many":
         raise WorkspaceFull(f"{path}: the workspace holds its maximum of {lim.max_files} files")

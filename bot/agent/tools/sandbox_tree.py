@@ -150,8 +150,9 @@ def _read(
         if _stamp(info) == stamp:
             return _SAME, b""
         if info.st_size > limit:
+            big, most = units.size(info.st_size, precise=True), units.size(limit, precise=True)
             return (
-                f"{units.size(info.st_size, precise=True)} is more than a file may hold ({units.size(limit, precise=True)})",
+                f"{big} is more than a file may hold ({most})",
                 b"",
             )
         if info.st_size > budget:

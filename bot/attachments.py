@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bot.text import units
 from bot.types import Attachment
 
 OCTET_STREAM = "application/octet-stream"
@@ -42,13 +43,6 @@ class FileRef:
     size: int | None = None
 
 
-def human(n: int) -> str:
-    """``120 KB`` and the like, for the notes people and the model read."""
-    if n < 1000:
-        return f"{n} B"
-    return f"{n / 1000:.0f} KB" if n < 1_000_000 else f"{n / 1_000_000:.1f} MB"
-
-
 def select(
     refs: Sequence[FileRef], *, max_files: int, max_bytes: int
 ) -> tuple[list[FileRef], list[Attachment]]:
@@ -57,7 +51,7 @@ def select(
     skipped: list[Attachment] = []
     for ref in refs:
         if ref.size is not None and ref.size > max_bytes:
-            reason = f"larger than the {human(max_bytes)} limit"
+            reason = f"larger than the {units.size(max_bytes)} limit"
             skipped.append(skip(ref, reason))
         elif len(fetch) >= max_files:
             skipped.append(skip(ref, f"more than {max_files} files in one message"))
@@ -76,7 +70,7 @@ def skip(ref: FileRef, reason: str) -> Attachment:
 def downloaded(ref: FileRef, data: bytes, *, max_bytes: int) -> Attachment:
     """The attachment for ``data`` (skipped when it is past ``max_bytes`` after all)."""
     if len(data) > max_bytes:
-        return skip(ref, f"larger than the {human(max_bytes)} limit")
+        return skip(ref, f"larger than the {units.size(max_bytes)} limit")
     return Attachment(
         name=ref.name, content_type=content_type(ref), size=len(data), data=bytes(data)
     )
@@ -112,7 +106,7 @@ def unique_name(name: str, taken: Iterable[str]) -> str:
 
 def saved_line(path: str, attachment: Attachment) -> str:
     """The note naming a file that was saved, e.g. ``inbox/a.pdf (application/pdf, 120 KB)``."""
-    return f"{path.lstrip('/')} ({attachment.content_type}, {human(attachment.size)})"
+    return f"{path.lstrip('/')} ({attachment.content_type}, {units.size(attachment.size)})"
 
 
 def turn_line(saved: Sequence[str], notes: Sequence[str]) -> str:
@@ -141,7 +135,7 @@ def out_files(
         if len(chosen) >= max_files:
             notes.append(f"{shown} not attached: more than {max_files} files")
         elif total + size > max_bytes:
-            notes.append(f"{shown} not attached: past the {human(max_bytes)} total for files")
+            notes.append(f"{shown} not attached: past the {units.size(max_bytes)} total for files")
         else:
             chosen.append(path)
             total += size

@@ -360,7 +360,3 @@ class RunRecord:
     @property
     def usage(self) -> Usage:
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens)
-
-    @property
-    def display_name(self) -> str:
-        return self.label or self.task

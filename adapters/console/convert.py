@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from bot.runs.naming import Icon
+from bot.text.units import duration
 from bot.types import Inbound, Outbound, OutboundKind, Sender, ThreadRef
 
 ACCOUNT = "local"
@@ -112,17 +114,6 @@ class LiveView:
     """Threads whose main-agent turn is queued or running."""
 
 
-def format_elapsed(seconds: float) -> str:
-    """``7`` -> ``7s``, ``75`` -> ``1m15s``, ``3725`` -> ``1h02m``."""
-    total = max(0, int(seconds))
-    if total < 60:
-        return f"{total}s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    return f"{minutes // 60}h{minutes % 60:02d}m"
-
-
 def ordinal_in_line(position: int) -> str:
     if position == 1:
         return "next in line"
@@ -153,13 +144,13 @@ def live_lines(
     computed from ``now`` so they tick between snapshots."""
     lines = [
         f"{thread_prefix(t, show_thread=show_thread)}… fanbot is thinking · "
-        + format_elapsed(now - thinking_since.get(t, now))
+        + duration(now - thinking_since.get(t, now), floor=True)
         for t in sorted(view.thinking)
     ]
     for run in view.runs:
         text = status_texts.get(run.status_id) if run.status_id else None
         detail = run_detail(run, text)
-        elapsed = format_elapsed(now - run.since)
+        elapsed = duration(now - run.since, floor=True)
         prefix = thread_prefix(run.thread, show_thread=show_thread)
-        lines.append(f"{prefix}⏳ {run.title} — {detail} · {elapsed}")
+        lines.append(f"{prefix}{Icon.WORKING} {run.title} — {detail} · {elapsed}")
     return lines

@@ -43,6 +43,7 @@ from bot.config import AttachmentSettings, MatrixSettings
 from bot.errors import DeliveryError
 from bot.logs import ThrottledLog
 from bot.ports import InboundSink, OpenedThread, OutFile, PartLog
+from bot.runs.naming import Icon
 from bot.supervise.aio import cancel_all
 from bot.supervise.backoff import Backoff
 from bot.text.chunking import split_markdown
@@ -418,7 +419,7 @@ class MatrixChannel:
         """A new thread root (a room message; its transaction id comes from the room and
         title, so a retried open returns the same event) and its ``matrix.to`` link."""
         limit = self.settings.max_message_chars
-        chunk = render_chunks(f"🧵 {title}", limit=limit, chunker=self.chunker)[0]
+        chunk = render_chunks(f"{Icon.THREAD} {title}", limit=limit, chunker=self.chunker)[0]
         content = convert.message_content(
             body=chunk.body, html=chunk.html, msgtype="m.text", thread=None, latest=None
         )

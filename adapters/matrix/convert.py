@@ -26,12 +26,13 @@ from typing import Any
 from urllib.parse import quote
 
 from bot.attachments import FileRef
+from bot.commands import registry
 from bot.errors import DeliveryError
 from bot.types import Action, Inbound, Platform, Sender, ThreadRef
 
 TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
 FILE_MSGTYPES = frozenset({"m.file", "m.image", "m.audio", "m.video"})
-COMMANDS = ("subagents", "stop", "help")
+COMMANDS = registry.NAMES
 _BANG_COMMAND = re.compile(r"^!(" + "|".join(COMMANDS) + r")\b", re.IGNORECASE)
 _SLASH_COMMAND = re.compile(r"^/(" + "|".join(COMMANDS) + r")\b")
 

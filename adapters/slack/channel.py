@@ -42,6 +42,7 @@ from bot.config import AttachmentSettings, SlackSettings
 from bot.errors import ConfigError, DeliveryError
 from bot.logs import ThrottledLog
 from bot.ports import InboundSink, OpenedThread, OutFile, PartLog
+from bot.runs.naming import Icon
 from bot.types import Inbound, Outbound, Platform, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ HTTP_WAIT_SECONDS = 2.0
 """How long an HTTP delivery waits for the sink: Slack gives up on an answer after 3 s."""
 COMMAND_WAIT_SECONDS = 2.0
 COMMAND_UNAVAILABLE = (
-    "⚠️ I could not take this command just now (my state store is unavailable). "
+    f"{Icon.WARNING} I could not take this command just now (my state store is unavailable). "
     "Please try again in a minute."
 )
 _AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked"})
@@ -362,7 +363,7 @@ class SlackChannel:
         client = self._require_client()
         try:
             resp = await client.chat_postMessage(
-                channel=parent.chat, text=markup.to_mrkdwn(f"🧵 {title}")
+                channel=parent.chat, text=markup.to_mrkdwn(f"{Icon.THREAD} {title}")
             )
             ts = str(resp["ts"])
             link = await client.chat_getPermalink(channel=parent.chat, message_ts=ts)

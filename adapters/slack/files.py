@@ -19,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import attachments as att
 from bot.config import AttachmentSettings
+from bot.text import units
 from bot.types import Attachment
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ async def _one(
                 async for chunk in resp.content.iter_chunked(_CHUNK):
                     data += chunk
                     if len(data) > limit:
-                        return att.skip(ref, f"larger than the {att.human(limit)} limit")
+                        return att.skip(ref, f"larger than the {units.size(limit)} limit")
     except (aiohttp.ClientError, TimeoutError) as exc:
         log.warning("slack: download of %s failed: %s", ref.name, exc)
         return att.skip(ref, f"download failed: {type(exc).__name__}")

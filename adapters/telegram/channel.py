@@ -70,6 +70,7 @@ from bot.config import AttachmentSettings
 from bot.errors import DeliveryError
 from bot.logs import RedactSecrets, ThrottledLog
 from bot.ports import InboundSink, OpenedThread, OutFile, PartLog
+from bot.runs.naming import Icon
 from bot.supervise.aio import cancel_all
 from bot.text import jsonsafe
 from bot.types import Inbound, Outbound, ThreadRef
@@ -318,7 +319,7 @@ class TelegramChannel:
 
     async def _open_reply_thread(self, parent: ThreadRef, chat_id: int, title: str) -> OpenedThread:
         """A supergroup without topics: a message of the bot's whose replies are the thread."""
-        part = render_parts(f"🧵 {title}", splitter=self._splitter)[0]
+        part = render_parts(f"{Icon.THREAD} {title}", splitter=self._splitter)[0]
         root = await self._post(chat_id, None, part, None)
         thread = dataclasses.replace(parent, thread=f"{REPLY_THREAD}{root}")
         return OpenedThread(thread=thread, link=message_link(chat_id, int(root), name=title))

@@ -27,16 +27,13 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from bot.attachments import FileRef
+from bot.commands import registry
 from bot.types import Action, Inbound, Platform, Sender, ThreadRef
 
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("subagents", "List, inspect and steer this conversation's subagent runs"),
-    ("stop", "Stop the running turn and every unfinished subagent here"),
-    ("help", "How to talk to the bot"),
-)
+COMMANDS: tuple[tuple[str, str], ...] = registry.menu()
 """Registered with ``setMyCommands``; unaddressed ``/cmd`` counts as addressed only for these."""
 
-COMMAND_NAMES = tuple(name for name, _ in COMMANDS)
+COMMAND_NAMES = registry.NAMES
 GENERAL_TOPIC = 1
 REPLY_THREAD = "reply:"
 """``ThreadRef.thread`` of a reply thread (``reply:<root message id>``): a thread-bound

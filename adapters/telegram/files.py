@@ -14,6 +14,7 @@ from telegram.error import TelegramError
 
 from bot import attachments as att
 from bot.config import AttachmentSettings
+from bot.text import units
 from bot.types import Attachment
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ async def _one(bot: Any, ref: att.FileRef, limit: int) -> Attachment:
     try:
         file = await bot.get_file(ref.source)
         if file.file_size is not None and file.file_size > limit:
-            return att.skip(ref, f"larger than the {att.human(limit)} limit")
+            return att.skip(ref, f"larger than the {units.size(limit)} limit")
         data = await file.download_as_bytearray(read_timeout=DOWNLOAD_TIMEOUT_SECONDS)
     except (TelegramError, OSError) as exc:
         log.warning("telegram: download of %s failed: %s", ref.name, type(exc).__name__)

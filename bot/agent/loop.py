@@ -19,6 +19,7 @@ from bot.agent.llm import ChatModel, ToolCallRequest
 from bot.agent.tools import Tool, execute_tool
 from bot.errors import RunDeadline
 from bot.observe import tracing
+from bot.runs.naming import Icon
 from bot.steps import LoopControl, LoopResult, Message, Meter
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ def run_calls(
         if gate is not None:
             gate(calls[index:])
         meter.tool_calls += 1
-        control.progress(_status(meter, f"🔧 {call.name}{short_args(call.arguments)}"))
+        control.progress(_status(meter, f"{Icon.TOOL} {call.name}{short_args(call.arguments)}"))
         meter.touch(f"tool {call.name} started", tool=call.name)
         result = _run_call(by_name, call, ctx, max_tool_chars)
         meter.touch(f"tool {call.name} finished", tool="")
@@ -152,7 +153,7 @@ def _budget_warning(
     if warning:
         meter.note = warning
         _append(messages, {"role": "system", "content": warning}, control)
-        control.progress(_status(meter, "⚠️ nearing its budget"))
+        control.progress(_status(meter, f"{Icon.WARNING} nearing its budget"))
 
 
 def _append(messages: list[Message], message: Message, control: LoopControl) -> None:

@@ -27,6 +27,7 @@ from bot.errors import BudgetExceeded, RunInterrupted
 from bot.observe import tracing
 from bot.runs.budget import over_daily, turn_guard
 from bot.runs.join import JoinPlan, chain_exhausted, continuation_prompt, plan_join, seal_join
+from bot.runs.naming import Icon
 from bot.sessions import qualified_user
 from bot.store.jobs import TurnJob
 from bot.store.streams import put_outbound
@@ -47,7 +48,7 @@ FAN_IN_ON = (
     "their results: then reconcile them into one answer (or spawn the next step)."
 )
 FAN_IN_OFF = "Each subagent announces its result in this thread by itself; do not repeat it."
-STOPPED_IN_MODEL_CALL = "⏹️ Stopped while waiting for the model."
+STOPPED_IN_MODEL_CALL = f"{Icon.STOPPED} Stopped while waiting for the model."
 
 
 def main_agent_tools(settings: Settings, agent_id: str) -> list[Tool]:
@@ -158,12 +159,12 @@ def _answer(
     except RunInterrupted:
         return _with_spawns("Stopped.", ctx)
     except BaseTimeoutException:
-        _commit(deps, job, ctx.thread, None, "⏱️ That took too long, so I stopped.")
+        _commit(deps, job, ctx.thread, None, f"{Icon.TIMED_OUT} That took too long, so I stopped.")
         raise
     except openai.APIError as exc:
         log.warning("turn in %s failed: %s", job.session_key, type(exc).__name__)
         why = _short_error(exc, model, agent.model or deps.settings.openai.model)
-        return _with_spawns(f"⚠️ The model call failed: {why}.", ctx)
+        return _with_spawns(f"{Icon.WARNING} The model call failed: {why}.", ctx)
     text = result.text.strip() or "(no answer)"
     if not result.complete:
         text += f"\n\n_(stopped after {meter.steps} steps)_"

@@ -32,6 +32,7 @@ from bot.config_check import public_url
 from bot.keys import Keys
 from bot.redis.connect import connect
 from bot.store.dead_letters import DeadLetters
+from bot.text.units import duration
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,12 +131,7 @@ def _describe(fields: Mapping[str, str]) -> str:
 
 def _age(entry_id: str) -> str:
     millis = int(entry_id.partition("-")[0] or 0)
-    seconds = max(0, int(time.time() - millis / 1000))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
+    return duration(time.time() - millis / 1000, style="coarse")
 
 
 def check_config() -> Check:

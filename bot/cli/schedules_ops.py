@@ -7,7 +7,6 @@ reach Redis is an operator). Exit codes: 0 done, 1 no such schedule or a bad sch
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 import typer
@@ -17,6 +16,7 @@ from bot.errors import FanbotError
 from bot.runs.recurring import NewSchedule, add_schedule, schedule_store
 from bot.runs.schedule_spec import every_from_text, parse_every
 from bot.sessions import requester_session_key
+from bot.text.units import utc_stamp
 from bot.types import ThreadRef
 
 app = typer.Typer(
@@ -27,10 +27,6 @@ app = typer.Typer(
 )
 
 PROG = "fanbot schedules"
-
-
-def _utc(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
 @app.command("list")
@@ -46,7 +42,7 @@ def list_schedules() -> None:
             where = f"{t.platform}:{t.account}:{t.chat}" + (f":{t.thread}" if t.thread else "")
             typer.echo(
                 f"#{s.schedule_id:<4} {every_from_text(s.every).describe():<28} "
-                f"next {_utc(s.next_time)}  fired {s.fired:<4} {where}  {s.requester}  "
+                f"next {utc_stamp(s.next_time)}  fired {s.fired:<4} {where}  {s.requester}  "
                 f"{s.subagent_type or 'general-purpose'}: {s.task}"
             )
 
@@ -86,7 +82,7 @@ def add(
         except FanbotError as exc:
             typer.echo(f"fanbot schedules add: {exc}", err=True)
             raise typer.Exit(1) from None
-        typer.echo(f"added schedule #{made.schedule_id}, first at {_utc(made.next_time)}")
+        typer.echo(f"added schedule #{made.schedule_id}, first at {utc_stamp(made.next_time)}")
 
 
 @app.command()

@@ -12,10 +12,11 @@ from typing import Annotated
 import typer
 
 from bot.cli.operator_deps import operator_deps
-from bot.commands.answers import render_info, run_name, timing
+from bot.commands.answers import render_info, timing
 from bot.deps import Deps
 from bot.runs.access import MIN_PREFIX
 from bot.runs.budget import Limits, run_spend, spend_text, utc_day
+from bot.runs.naming import run_name, run_title
 from bot.runs.stop import stop_run
 from bot.store.budgets import Spend
 from bot.types import RunRecord
@@ -78,7 +79,8 @@ def list_runs(
         now = time.time()
         for r in runs:
             typer.echo(
-                f"{r.run_id[:12]}  {r.status.value:<8} #{r.seq:<3} {timing(r, now):<24} "
+                f"{r.run_id[:12]}  {r.status.value:<8} {run_title(r, noun='', name='none'):<4} "
+                f"{timing(r, now):<24} "
                 f"{r.session_key}  {run_name(r)}"
             )
 

@@ -1,13 +1,21 @@
-"""Chat commands: parsing (pure), the router, and the handlers that call the run lifecycle."""
+"""Chat commands: the registry (every command once), parsing (pure), the router, and the
+handlers that call the run lifecycle."""
 
 from __future__ import annotations
 
-from bot.commands import subagents
-from bot.commands.router import CommandRouter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bot.commands.router import CommandRouter
 
 
 def default_router() -> CommandRouter:
     """The router the gateway uses: ``/help`` plus every command module's handlers."""
+    # Imported here, not at the top: adapters read bot.commands.registry, and importing
+    # this package must not load the run lifecycle (and its Redis stores) into them.
+    from bot.commands import subagents
+    from bot.commands.router import CommandRouter
+
     router = CommandRouter()
     subagents.register(router)
     return router

@@ -9,21 +9,17 @@ and stripped of backticks so it cannot break the surrounding formatting.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bot.runs.budget import RunSpend, spend_text
 from bot.runs.logview import LogView
+from bot.runs.naming import ICONS, Icon, one_line, run_name, run_title
 from bot.runs.render import (
-    ICONS,
-    format_duration,
-    format_tokens,
     is_tool_message,
-    one_line,
-    run_name,
 )
+from bot.text.units import ago, duration, tokens, utc_stamp
 from bot.types import RunRecord, RunStatus
 
 LOG_LINE_CHARS = 400
@@ -36,19 +32,15 @@ EMPTY_LIST = (
 )
 
 
-def age(seconds: float) -> str:
-    return f"{format_duration(seconds)} ago"
-
-
 def timing(run: RunRecord, now: float) -> str:
     """Active runs: how long they exist; ended runs: how long they ran, and when."""
     if not run.status.terminal:
         since = run.started_at or run.created_at
         verb = "running for" if run.status is RunStatus.RUNNING else "waiting for"
-        return f"{verb} {format_duration(now - since)}"
+        return f"{verb} {duration(now - since)}"
     ended = run.ended_at or now
-    took = format_duration(ended - (run.started_at or run.created_at))
-    return f"took {took}, {age(now - ended)}"
+    took = duration(ended - (run.started_at or run.created_at))
+    return f"took {took}, {ago(now - ended)}"
 
 
 def render_list(
@@ -66,7 +58,8 @@ def render_list(
         for run, depth in _walk(root, children, 0):
             lead = "  " * depth + ("└ " if depth else "")
             lines.append(
-                f"{lead}#{run.seq} {ICONS[run.status]} {_state(run)}{_place(run, line)} · "
+                f"{lead}{run_title(run, noun='', name='none')} {ICONS[run.status]} "
+                f"{_state(run)}{_place(run, line)} · "
                 f"{run_name(run)} · "
                 f"{timing(run, now)} · {spend(run)} · `{run.run_id[:8]}`"
                 + ("" if depth else f" · `{run.child_session_key}`")
@@ -118,7 +111,7 @@ def _state(run: RunRecord) -> str:
 def spend(run: RunRecord) -> str:
     """``1.2k tok $0.0012``: what the run has spent so far."""
     cost = f" ${run.cost_usd:.4f}" if run.cost_usd is not None else ""
-    return f"{format_tokens(run.usage.total)} tok{cost}"
+    return f"{tokens(run.usage.total)} tok{cost}"
 
 
 def render_family(run: RunRecord, tree: Sequence[RunRecord]) -> list[str]:
@@ -130,31 +123,35 @@ def render_family(run: RunRecord, tree: Sequence[RunRecord]) -> list[str]:
     lines = []
     parent = by_id.get(run.parent_run_id)
     if parent is not None:
-        lines.append(f"• Parent: #{parent.seq} {ICONS[parent.status]} {run_name(parent)}")
+        lines.append(
+            f"• Parent: {run_title(parent, noun='', name='none')} {ICONS[parent.status]} "
+            f"{run_name(parent)}"
+        )
     kids = sorted((r for r in tree if r.parent_run_id == run.run_id), key=lambda r: r.seq)
     if kids:
-        listed = ", ".join(f"#{k.seq} {ICONS[k.status]} {_state(k)}" for k in kids)
+        listed = ", ".join(
+            f"{run_title(k, noun='', name='none')} {ICONS[k.status]} {_state(k)}" for k in kids
+        )
         lines.append(f"• Children: {listed}")
-    tokens = sum(r.usage.total for r in tree)
+    used = sum(r.usage.total for r in tree)
     costs = [r.cost_usd for r in tree if r.cost_usd is not None]
     money = f" · est ${sum(costs):.4f}" if costs else ""
-    lines.append(
-        f"• Tree: {len(tree)} runs (depth {run.depth}) · {format_tokens(tokens)} tokens{money}"
-    )
+    lines.append(f"• Tree: {len(tree)} runs (depth {run.depth}) · {tokens(used)} tokens{money}")
     return lines
 
 
 def _span(runs: Sequence[RunRecord]) -> str:
     numbers = sorted(r.seq for r in runs)
-    return f"#{numbers[0]}" if len(numbers) == 1 else f"#{numbers[0]}–#{numbers[-1]}"
+    first, last = (run_title(n, noun="", name="none") for n in (numbers[0], numbers[-1]))
+    return first if len(numbers) == 1 else f"{first}–{last}"
 
 
 def when(ts: float | None, now: float) -> str:
     if ts is None:
         return "—"
-    stamp = dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    stamp = utc_stamp(ts)
     delta = now - ts
-    return f"{stamp} ({age(delta) if delta >= 0 else 'in ' + format_duration(-delta)})"
+    return f"{stamp} ({ago(delta) if delta >= 0 else 'in ' + duration(-delta)})"
 
 
 def render_info(
@@ -168,7 +165,8 @@ def render_info(
     """``/subagents info``: every field a person needs to understand one run (``spend``:
     its and its tree's spend against their limits)."""
     lines = [
-        f"**Subagent #{run.seq}** · {ICONS[run.status]} {run.status.value} · {run_name(run)}",
+        f"**{run_title(run, name='none')}** · {ICONS[run.status]} {run.status.value} · "
+        f"{run_name(run)}",
         f"• Label: {one_line(run.label) or '—'}",
         f"• Task: {one_line(run.task, 300)}",
         f"• Run id: `{run.run_id}`",
@@ -182,8 +180,8 @@ def render_info(
         f"• Started: {when(run.started_at, now)}",
         f"• Ended: {when(run.ended_at, now)}",
         f"• Runtime: {_runtime(run, now)}",
-        f"• Tokens: {format_tokens(run.usage.total)} (in {format_tokens(run.prompt_tokens)}"
-        f" / out {format_tokens(run.completion_tokens)})"
+        f"• Tokens: {tokens(run.usage.total)} (in {tokens(run.prompt_tokens)}"
+        f" / out {tokens(run.completion_tokens)})"
         + (f" · Cost: est ${run.cost_usd:.4f}" if run.cost_usd is not None else ""),
         f"• Cleanup: {run.cleanup.value} · Archive: {_archive(run, archive_at, now)}",
     ]
@@ -200,7 +198,7 @@ def _runtime(run: RunRecord, now: float) -> str:
     if run.started_at is None:
         return "not started"
     end = run.ended_at or now
-    return format_duration(end - run.started_at) + ("" if run.ended_at else " so far")
+    return duration(end - run.started_at) + ("" if run.ended_at else " so far")
 
 
 def _archive(run: RunRecord, archive_at: float | None, now: float) -> str:
@@ -229,7 +227,7 @@ def render_log(run: RunRecord, *, view: LogView, tools: bool) -> str:
     total = f"{view.total:,}" + ("" if view.exact else "+")
     which = "with tool calls" if tools else "tool calls hidden; add `tools` to show them"
     head = (
-        f"**Log of subagent #{run.seq}** · {run_name(run)} — "
+        f"**Log of {run_title(run, noun='subagent', name='none')}** · {run_name(run)} — "
         f"last {len(view.messages)} of {total} messages ({which})"
     )
     if not view.messages:
@@ -254,7 +252,7 @@ def log_line(message: Mapping[str, Any]) -> str:
     for call in calls if isinstance(calls, list) else ():
         fn = call.get("function") if isinstance(call, dict) else None
         fn = fn if isinstance(fn, dict) else {}
-        parts.append(f"🔧 {fn.get('name', '?')}({_args(fn.get('arguments', ''))})")
+        parts.append(f"{Icon.TOOL} {fn.get('name', '?')}({_args(fn.get('arguments', ''))})")
     text = one_line(" ".join(parts), LOG_LINE_CHARS) or "(empty)"
     return f"**{role}**: {text}"
 
@@ -273,10 +271,8 @@ __all__ = [
     "EMPTY_LIST",
     "is_tool_message",
     "log_line",
-    "one_line",
     "render_info",
     "render_list",
     "render_log",
-    "run_name",
     "timing",
 ]

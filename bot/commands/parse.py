@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-KNOWN = ("subagents", "stop", "help")
+from bot.commands.registry import NAMES
+
 MAX_ARGS_CHARS = 8_000
 _WORD = re.compile(r"[a-z][a-z0-9_-]*")
 
@@ -23,7 +24,7 @@ class Command:
 
     @property
     def known(self) -> bool:
-        return self.name in KNOWN
+        return self.name in NAMES
 
     @property
     def is_word(self) -> bool:

@@ -1,4 +1,5 @@
-"""Answer commands. ``/help`` lives here; the run controls register their handlers."""
+"""Answer commands. ``/help`` (its text is :mod:`bot.commands.registry`'s) lives here; the
+run controls register their handlers."""
 
 from __future__ import annotations
 
@@ -6,25 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.commands.parse import Command
+from bot.commands.registry import COMMANDS, HELP_TEXT
 from bot.deps import Deps
 from bot.types import Inbound, Outbound, OutboundKind
-
-HELP_TEXT = (
-    "*fanbot commands*\n"
-    "• `/subagents list` — runs started in this thread\n"
-    "• `/subagents info <id>` — details of one run\n"
-    "• `/subagents log <id> [limit] [tools]` — its conversation (`tools` adds tool calls)\n"
-    "• `/subagents send <id> <message>` — steer a run, or follow up a finished one\n"
-    "• `/subagents stop <id|all>` — stop runs\n"
-    "• `/subagents spawn [--thread] [type] <task>` — start a subagent yourself "
-    "(`--thread`: in a thread of its own; `/subagents close <id>` unbinds it)\n"
-    "• `/subagents every <interval|cron> [type] <task>` — run it on a schedule "
-    "(`/subagents schedules`, `/subagents unschedule <id>`)\n"
-    "• `/stop` — stop the current answer and every run of this thread\n"
-    "• `/help` — this list\n"
-    "`<id>` is the run's number (`3` or `#3`: the one its status card and announce show), "
-    "`last`, a run-id prefix or a session key."
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,10 +48,10 @@ class CommandRouter:
     """Maps command names to handlers returning the reply text (markdown)."""
 
     def __init__(self) -> None:
-        # Telegram sends /start when a person first opens the chat: it gets the help.
+        # /help and its aliases (Telegram sends /start when a person first opens the chat).
+        helps = [c for c in COMMANDS if c.name == "help"]
         self._handlers: dict[str, Handler] = {
-            "help": lambda _: HELP_TEXT,
-            "start": lambda _: HELP_TEXT,
+            name: lambda _: HELP_TEXT for c in helps for name in (c.name, *c.aliases)
         }
 
     def register(self, name: str, handler: Handler) -> None:

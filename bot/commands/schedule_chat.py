@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
+from bot.commands.registry import subcommand
 from bot.commands.router import CommandRequest
 from bot.commands.spawn_command import SpawnAsk, leading_flags, parse_type_and_task, words_after
 from bot.errors import FanbotError
 from bot.runs.access import Actor
+from bot.runs.naming import Icon
 from bot.runs.recurring import (
     NewSchedule,
     add_schedule,
@@ -24,12 +25,13 @@ from bot.runs.recurring import (
     schedule_store,
     thread_schedules,
 )
-from bot.runs.schedule_spec import Every, duration, every_from_text, parse_every
+from bot.runs.schedule_spec import Every, every_from_text, parse_every
 from bot.runs.type_registry import subagent_types
 from bot.store.schedules import Schedule
+from bot.text.units import duration, same_utc_day, utc_clock, utc_stamp
 
 EVERY_USAGE = (
-    "`/subagents every <interval|cron> [type] <task>`, e.g. `/subagents every 2h explore "
+    f"`{subcommand('every').spelled}`, e.g. `/subagents every 2h explore "
     "check the build` or `/subagents every 0 9 * * 1-5 summarize open issues` (cron in UTC)"
 )
 
@@ -67,10 +69,8 @@ def parse_schedule_id(token: str) -> str | None:
 
 def when(t: float, now: float) -> str:
     """``15:40 UTC (in 25m)`` / ``2026-11-24 09:00 UTC (in 17h 20m)`` (pure)."""
-    at = datetime.fromtimestamp(t, tz=UTC)
-    same_day = at.date() == datetime.fromtimestamp(now, tz=UTC).date()
-    shown = at.strftime("%H:%M UTC" if same_day else "%Y-%m-%d %H:%M UTC")
-    return f"{shown} (in {duration(t - now)})" if t >= now else f"{shown} (due now)"
+    shown = utc_clock(t) if same_utc_day(t, now) else utc_stamp(t, seconds=False)
+    return f"{shown} (in {duration(t - now, style='spaced')})" if t >= now else f"{shown} (due now)"
 
 
 def describe(s: Schedule, now: float) -> str:
@@ -129,7 +129,7 @@ def handle_every(req: CommandRequest) -> str:
         return f"I can't make that schedule: {exc}"
     kind = made.subagent_type or "general-purpose"
     return (
-        f"⏰ Schedule #{made.schedule_id}: {parsed.every.describe()}, first at "
+        f"{Icon.SCHEDULE} Schedule #{made.schedule_id}: {parsed.every.describe()}, first at "
         f"{when(made.next_time, time.time())} — {kind}: {made.task}\n"
         f"Each run announces here. `/subagents unschedule {made.schedule_id}` removes it."
     )
@@ -154,4 +154,4 @@ def handle_unschedule(req: CommandRequest) -> str:
         return f"I can't remove schedule #{found.schedule_id}: {decision.reason}"
     if not schedule_store(req.deps).remove(found.schedule_id):
         return f"Schedule #{found.schedule_id} was just removed by someone else."
-    return f"🗑️ Removed schedule #{found.schedule_id} ({every_from_text(found.every).describe()}): {found.task}"
+    return f"{Icon.REMOVED} Removed schedule #{found.schedule_id} ({every_from_text(found.every).describe()}): {found.task}"

@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from bot.commands.registry import subcommand
 from bot.commands.router import CommandRequest
 from bot.errors import FanbotError
 from bot.runs.access import Actor
+from bot.runs.naming import Icon, RunRef, run_title
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.runs.type_registry import subagent_types
 
 MAX_TASK_CHARS = 20_000
-SPAWN_USAGE = (
-    "`/subagents spawn [--thread] [type] <task>`, e.g. `/subagents spawn explore map the repo`"
-)
+SPAWN_USAGE = f"`{subcommand('spawn').spelled}`, e.g. `/subagents spawn explore map the repo`"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +79,11 @@ def parse_spawn(rest: str, types: Collection[str]) -> SpawnAsk | str:
 def started_text(seq: int, type_name: str, task: str, warnings: Collection[str] = ()) -> str:
     """``🚀 Started subagent #3 (explore): <task>`` (pure)."""
     shown = task if len(task) <= 120 else task[:119] + "…"
-    lines = [f"🚀 Started subagent #{seq} ({type_name}): {shown}"]
-    lines += [f"⚠️ {w}" for w in warnings]
+    title = run_title(
+        RunRef(seq=seq, subagent_type=type_name), noun="subagent", name="none", kind="after"
+    )
+    lines = [f"{Icon.STARTED} Started {title}: {shown}"]
+    lines += [f"{Icon.WARNING} {w}" for w in warnings]
     return "\n".join(lines)
 
 
@@ -105,4 +108,4 @@ def handle_spawn(req: CommandRequest) -> str:
     except FanbotError as exc:
         return f"I couldn't start that subagent: {exc}"
     text = started_text(record.seq, record.subagent_type, record.task, record.warnings)
-    return text + ("\n🧵 Opening a thread of its own…" if parsed.own_thread else "")
+    return text + (f"\n{Icon.THREAD} Opening a thread of its own…" if parsed.own_thread else "")

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from bot.commands import schedule_chat as schedule_commands
-from bot.commands.answers import render_family, render_info, render_list, render_log, run_name
+from bot.commands.answers import render_family, render_info, render_list, render_log
 from bot.commands.parse import Command
+from bot.commands.registry import LOG_DEFAULT, LOG_MAX, SUBAGENTS, USAGE
 from bot.commands.router import CommandRequest, CommandRouter, early_reply
 from bot.commands.spawn_command import handle_spawn
 from bot.runs.access import (
@@ -33,6 +34,7 @@ from bot.runs.access import (
 from bot.runs.budget import run_spend
 from bot.runs.join import cancel_joins
 from bot.runs.logview import read_log
+from bot.runs.naming import Icon, run_title
 from bot.runs.send import SendOutcome, send
 from bot.runs.steer_receipts import new_receipt, receipt_text
 from bot.runs.stop import running_turn, stop_run, stop_turn
@@ -41,25 +43,6 @@ from bot.store.receipts import Receipt
 from bot.store.streams import put_outbound
 from bot.types import RunRecord, RunStatus
 
-LOG_DEFAULT = 20
-LOG_MAX = 200
-
-USAGE = (
-    "Usage:\n"
-    "• `/subagents list`\n"
-    "• `/subagents info <id>`\n"
-    f"• `/subagents log <id> [limit] [tools]` (limit 1–{LOG_MAX}, default {LOG_DEFAULT}; "
-    "`tools` adds tool calls and results)\n"
-    "• `/subagents send <id> <message>`\n"
-    "• `/subagents stop <id|all>`\n"
-    "• `/subagents spawn [--thread] [type] <task>` (`--thread`: in a thread of its own)\n"
-    "• `/subagents close <id>`: unbind a child's own thread\n"
-    "• `/subagents every <interval|cron> [type] <task>`, `/subagents schedules`, "
-    "`/subagents unschedule <id>`\n"
-    "`<id>`: the run's number (`3` or `#3`, as its status card and announce show it), "
-    "`last`, a run-id prefix or a child session key."
-)
-SUBCOMMANDS = ("list", "info", "log", "send", "stop", "close", "help")
 # Subcommands with their own parsing and handler (no run id to resolve).
 OWN_HANDLERS: dict[str, Callable[[CommandRequest], str]] = {
     "spawn": handle_spawn,
@@ -67,6 +50,8 @@ OWN_HANDLERS: dict[str, Callable[[CommandRequest], str]] = {
     "schedules": schedule_commands.handle_list,
     "unschedule": schedule_commands.handle_unschedule,
 }
+SUBCOMMANDS = tuple(s.name for s in SUBAGENTS if s.name not in OWN_HANDLERS)
+"""The actions :func:`parse_subagents` parses (the others have their own handlers)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,7 +156,8 @@ def _close(req: CommandRequest, found: Resolution) -> str:
     assert run is not None
     decision = may_control(actor_of(req), run, verb="close the thread of")
     if not decision.allowed:
-        return f"I can't close the thread of subagent #{run.seq}: {decision.reason}"
+        name = run_title(run, noun="subagent", name="none")
+        return f"I can't close the thread of {name}: {decision.reason}"
     return close_thread(req.deps, run)
 
 
@@ -195,7 +181,7 @@ def _abort_turn(req: CommandRequest) -> str:
     if not (actor.is_admin or turn.owner == actor.qualified):
         return "The answer in progress was asked for by someone else, so I left it running."
     stop_turn(req.deps, req.session_key, job_id=turn.job_id)
-    return "⏹️ Stopping the answer in progress."
+    return f"{Icon.STOPPED} Stopping the answer in progress."
 
 
 def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
@@ -207,7 +193,7 @@ def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
     stopped = [r for r in allowed if stop_run(req.deps, r.run_id, by=by).ended]
     lines = []
     if stopped:
-        lines.append(f"⏹️ Stopped {len(stopped)}: {_numbers(stopped)}.")
+        lines.append(f"{Icon.STOPPED} Stopped {len(stopped)}: {_numbers(stopped)}.")
     if refused:
         lines.append(
             f"Skipped {len(refused)} started by someone else ({_numbers(refused)}): "
@@ -221,7 +207,7 @@ def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
 def _stop_one(req: CommandRequest, found: Resolution) -> str:
     run = found.run
     assert run is not None
-    name = f"subagent #{run.seq} · {run_name(run)}"
+    name = run_title(run, noun="subagent", name="dotted")
     if run.status.terminal:
         return f"{name.capitalize()} already ended ({run.status.value}); nothing to stop."
     decision = may_control(actor_of(req), run, verb="stop")
@@ -230,13 +216,13 @@ def _stop_one(req: CommandRequest, found: Resolution) -> str:
     result = stop_run(req.deps, run.run_id, by=_by(req))
     if not result.ended:
         return f"{name.capitalize()} ended on its own just now; nothing to stop."
-    return f"⏹️ Stopped {name} (`{run.run_id[:8]}`). Its announce follows."
+    return f"{Icon.STOPPED} Stopped {name} (`{run.run_id[:8]}`). Its announce follows."
 
 
 def _send(req: CommandRequest, found: Resolution, message: str) -> str:
     run = found.run
     assert run is not None
-    name = f"subagent #{run.seq} · {run_name(run)}"
+    name = run_title(run, noun="subagent", name="dotted")
     decision = may_control(actor_of(req), run, verb="send to")
     if not decision.allowed:
         return f"I can't send to {name}: {decision.reason}"
@@ -248,7 +234,7 @@ def _send(req: CommandRequest, found: Resolution, message: str) -> str:
         made = new_receipt(
             deps,
             run=target,
-            name=f"subagent #{target.seq} · {run_name(target)}",
+            name=run_title(target, noun="subagent", name="dotted"),
             thread=inbound.thread,
             reply_key=reply.idempotency_key,
             ephemeral_to=reply.ephemeral_to,
@@ -267,9 +253,9 @@ def _send(req: CommandRequest, found: Resolution, message: str) -> str:
             "follow-up. Ask me for a new task instead."
         )
     return (
-        f"↪️ {name.capitalize()} had ended ({run.status.value}), so I started a follow-up on "
-        f"the same session: run #{result.run.seq} (`{result.run.run_id[:8]}`). Its answer "
-        "will be announced here."
+        f"{Icon.FOLLOW_UP} {name.capitalize()} had ended ({run.status.value}), so I started a "
+        f"follow-up on the same session: {run_title(result.run, noun='run', name='none')} "
+        f"(`{result.run.run_id[:8]}`). Its answer will be announced here."
     )
 
 
@@ -316,7 +302,7 @@ def _by(req: CommandRequest) -> str:
 
 
 def _numbers(runs: list[RunRecord]) -> str:
-    return ", ".join(f"#{r.seq}" for r in sorted(runs, key=lambda r: r.seq))
+    return ", ".join(run_title(r, noun="", name="none") for r in sorted(runs, key=lambda r: r.seq))
 
 
 def _scope_name(req: CommandRequest) -> str:

@@ -41,7 +41,7 @@ from bot.deps import Deps
 from bot.errors import ConfigError, DirectoryBusy
 from bot.gateway.runtime import Gateway
 from bot.redis.server import RedisServer
-from bot.runs.progress_lines import card_title
+from bot.runs.naming import run_title
 from bot.sessions import requester_session_key
 from bot.supervise.aio import TrackedExecutor
 from bot.supervise.dirlock import DirLock
@@ -97,7 +97,7 @@ def live_view(
         running = r.status is RunStatus.RUNNING
         return LiveRun(
             thread=thread_of.get(snapshot.roots.get(r.run_id, ""), ""),
-            title=card_title(r),
+            title=run_title(r, kind="tag"),
             running=running,
             since=(r.started_at or r.created_at) if running else r.created_at,
             position=line.get(r.job_id),

@@ -26,6 +26,7 @@ from bot.observe import tracing
 from bot.runs import approval_gate as approvals
 from bot.runs.access import Actor, may_control
 from bot.runs.approval_gate import DecisionRequest, parse_decision
+from bot.runs.naming import Icon, run_title
 from bot.runs.send import SendOutcome, send
 from bot.runs.thread_children import bound_run
 from bot.sessions import requester_session_key
@@ -251,14 +252,18 @@ class Ingress:
         )
         decision = may_control(actor, run, verb="send to")
         if not decision.allowed:
-            return f"This thread belongs to subagent #{run.seq}: {decision.reason}"
+            name = run_title(run, noun="subagent", name="none")
+            return f"This thread belongs to {name}: {decision.reason}"
         result = send(self.deps, run, inbound.text, requester=actor.qualified)
-        name = f"subagent #{result.run.seq}"
+        name = run_title(result.run, noun="subagent", name="none")
         if result.outcome is SendOutcome.STEERED:
-            return f"📨 Passed to {name}; it reads it before its next step."
+            return f"{Icon.STEERED} Passed to {name}; it reads it before its next step."
         if result.outcome is SendOutcome.FOLLOW_UP:
-            return f"↪️ {name} continues with your message (a follow-up run)."
-        return f"Subagent #{run.seq} is archived; `/subagents close {run.seq}` frees this thread."
+            return f"{Icon.FOLLOW_UP} {name} continues with your message (a follow-up run)."
+        return (
+            f"{run_title(run, name='none')} is archived; "
+            f"`/subagents close {run.seq}` frees this thread."
+        )
 
     def _with_files(self, inbound: Inbound, session_key: str) -> Inbound:
         """Save the attachments into the workspace; the turn's text names them."""

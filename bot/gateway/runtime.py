@@ -45,7 +45,7 @@ from bot.observe.health import Check
 from bot.ports import ChannelAdapter
 from bot.redis.connect import connect_async
 from bot.redis.watch import RedisWatch
-from bot.runs.progress_lines import card_title
+from bot.runs.naming import run_title
 from bot.supervise.aio import cancel_all
 from bot.types import Inbound, ThreadRef
 
@@ -132,7 +132,7 @@ class Gateway:
         record = self.deps.runs.get(run_id)
         if record is None:
             return f"run {run_id[:8]}", None
-        return card_title(record), record.thread
+        return run_title(record, kind="tag"), record.thread
 
     async def start(self) -> None:
         self.redis_watch.start()

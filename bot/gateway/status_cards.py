@@ -31,8 +31,8 @@ from bot.errors import DeliveryError
 from bot.gateway.egress import reraise_if_cancelling
 from bot.keys import Keys
 from bot.ports import DeletingChannel, OutboundChannel
+from bot.runs.naming import Icon, icon
 from bot.runs.progress_lines import tally
-from bot.runs.render import icon
 from bot.store.progress import ProgressEvent, ProgressStore
 from bot.supervise.aio import cancel_all
 from bot.types import Outbound, OutboundKind, ThreadRef
@@ -63,8 +63,8 @@ def status_text(
     counts = None if tools is None or elapsed is None else tally(tools, elapsed)
     if final:
         return f"{icon(text)} {title} — {text}" + (f" ({counts})" if counts else "")
-    line = f"⏳ {title} — {text}" + (f" · {counts}" if counts else "")
-    return line + (f" · ⚠️ {note}" if note else "")
+    line = f"{Icon.WORKING} {title} — {text}" + (f" · {counts}" if counts else "")
+    return line + (f" · {Icon.WARNING} {note}" if note else "")
 
 
 def quiet_text(title: str) -> str:

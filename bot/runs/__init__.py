@@ -9,7 +9,8 @@ module          what it owns
 ``stop``        stop a run or a turn; re-send hard stops that did not land
 ``send``        steer a running run, or follow a finished one up on its session
 ``access``      which runs a command may see, which run an id names, who may act
-``render``      a run's name, title, icons, durations, announce and history note
+``naming``      a run's name and title in all its forms, and the icon table
+``render``      the announce and the history note
 ``progress``    what a run tells its status card (type tag, tool count, tally, quiet end)
 ``logview``     what a run's log shows (``/subagents log``, ``sessions_history``)
 ``catalog``     the subagent types (built-in ones plus config's)

@@ -33,6 +33,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from bot.deps import Deps
+from bot.runs.naming import run_title
 from bot.sessions import is_child_session_key, qualified_user
 from bot.types import RunRecord, ThreadRef
 
@@ -132,9 +133,10 @@ def valid_forms(runs: Sequence[RunRecord]) -> str:
     if not numbers:
         example = "`#1`"
     elif len(numbers) == 1:
-        example = f"`#{numbers[0]}`"
+        example = f"`{run_title(numbers[0], noun='', name='none')}`"
     else:
-        example = f"`#{numbers[0]}`–`#{numbers[-1]}`"
+        first, last = (run_title(n, noun="", name="none") for n in (numbers[0], numbers[-1]))
+        example = f"`{first}`–`{last}`"
     return (
         f"Use a run's number ({example}, as its status card and announce show it), `last`, "
         f"a run-id prefix ({MIN_PREFIX}+ characters) or a child session key; "
@@ -168,11 +170,15 @@ def _by_number(number: int, runs: Sequence[RunRecord]) -> Resolution:
     if len(hits) == 1:
         return Resolution(run=hits[0])
     if not hits:
-        return Resolution(error=f"There is no run #{number} here. " + valid_forms(runs))
+        return Resolution(
+            error=f"There is no {run_title(number, noun='run', name='none')} here. "
+            + valid_forms(runs)
+        )
     # A channel-wide command sees several threads, each numbering its own runs.
     listed = ", ".join(f"`{r.run_id[:8]}`" for r in hits[:5])
     return Resolution(
-        error=f"#{number} names {len(hits)} runs in this channel ({listed}); "
+        error=f"{run_title(number, noun='', name='none')} names {len(hits)} runs in this channel "
+        f"({listed}); "
         "use the run-id prefix, or ask in the run's own thread."
     )
 
@@ -190,7 +196,7 @@ def _by_prefix(token: str, shown: str, runs: Sequence[RunRecord]) -> Resolution:
         return Resolution(run=hits[0])
     if not hits:
         return Resolution(error=f"No run here has an id starting `{shown}`. " + valid_forms(runs))
-    listed = ", ".join(f"#{r.seq} `{r.run_id[:12]}`" for r in hits[:5])
+    listed = ", ".join(f"{run_title(r, noun='', name='none')} `{r.run_id[:12]}`" for r in hits[:5])
     return Resolution(
         error=f"`{shown}` matches {len(hits)} runs ({listed}); type more characters or use "
         "the run's number."

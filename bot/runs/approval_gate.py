@@ -32,10 +32,12 @@ from bot.config import Settings, SubagentType
 from bot.deps import Deps
 from bot.errors import RunParked
 from bot.runs.access import Actor, may_control
+from bot.runs.naming import Icon, run_title
 from bot.store.approvals import ApprovalRecord, ApprovalState, PendingCall
 from bot.store.jobs import RunJobSpec
 from bot.store.outbox import posted_part
 from bot.store.streams import put_outbound
+from bot.text.units import duration
 from bot.types import Action, Outbound, OutboundKind, RunRecord
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ def park_for(deps: Deps, record: RunRecord, calls: Sequence[PendingCall], *, tex
         calls=tuple(calls),
         created_at=now,
         due_at=now + deps.settings.approvals.timeout_seconds,
-        label=f"#{record.seq} {record.display_name}"[:80],
+        label=run_title(record, noun="", name="raw")[:80],
     )
     deps.approvals.create(approval)
     log.info(
@@ -81,18 +83,18 @@ def request_text(approval: ApprovalRecord, *, timeout_s: int) -> str:
     """The request as posted (pure)."""
     call = approval.call
     return (
-        f"🔐 Subagent {approval.label} wants to run `{call.name}`:\n"
+        f"{Icon.APPROVAL} Subagent {approval.label} wants to run `{call.name}`:\n"
         f"```\n{_preview(call.arguments)}\n```\n"
         f"Approve or deny (id `{approval.approval_id}`, no answer in "
-        f"{_duration(timeout_s)} means deny). Reply `!approve {approval.approval_id} "
+        f"{duration(timeout_s, style='exact')} means deny). Reply `!approve {approval.approval_id} "
         "{…new arguments…}` to run it with other arguments."
     )
 
 
 def request_actions(approval_id: str) -> tuple[Action, ...]:
     return (
-        Action(id=f"!approve {approval_id}", label="✅ Approve", style="primary"),
-        Action(id=f"!deny {approval_id}", label="❌ Deny", style="danger"),
+        Action(id=f"!approve {approval_id}", label=f"{Icon.APPROVED} Approve", style="primary"),
+        Action(id=f"!deny {approval_id}", label=f"{Icon.DENIED} Deny", style="danger"),
     )
 
 
@@ -119,10 +121,10 @@ def outcome_text(approval: ApprovalRecord) -> str:
     head = f"Subagent {approval.label}: `{call.name}`"
     if approval.state is ApprovalState.APPROVED:
         edited = " with edited arguments" if approval.arguments != call.arguments else ""
-        return f"✅ {head} approved{edited} by {_who(approval.decided_by)}."
+        return f"{Icon.APPROVED} {head} approved{edited} by {_who(approval.decided_by)}."
     if approval.state is ApprovalState.DENIED:
-        return f"❌ {head} denied by {_who(approval.decided_by)}."
-    return f"⌛ {head} denied: no answer in time."
+        return f"{Icon.DENIED} {head} denied by {_who(approval.decided_by)}."
+    return f"{Icon.EXPIRED} {head} denied: no answer in time."
 
 
 def denied_result(approval: ApprovalRecord) -> str:
@@ -225,7 +227,9 @@ def withdraw(deps: Deps, approval_id: str) -> None:
         approval = deps.approvals.get(approval_id)
         if approval is not None:
             head = f"Subagent {approval.label}: `{approval.call.name}`"
-            _edit_request(deps, approval, f"⏹️ {head}: the run was stopped before a decision.")
+            _edit_request(
+                deps, approval, f"{Icon.STOPPED} {head}: the run was stopped before a decision."
+            )
 
 
 def _settle(deps: Deps, approval_id: str) -> ApprovalRecord | None:
@@ -268,7 +272,8 @@ def resume(deps: Deps, approval: ApprovalRecord) -> None:
             run_id=record.run_id,
             timeout=record.timeout_s + sub.job_grace_seconds,
             max_concurrent=sub.max_concurrent,
-            description=f"subagent #{record.seq} resumes after approval {approval.approval_id}",
+            description=f"{run_title(record, noun='subagent', name='none')} resumes after "
+            f"approval {approval.approval_id}",
             session_key=record.session_key,
             per_session=sub.max_concurrent_per_session,
         ),
@@ -300,11 +305,3 @@ def _who(qualified: str) -> str:
     """``telegram:1001`` -> ``@1001``; a Matrix id keeps its own ``@``."""
     user = qualified.partition(":")[2] or qualified
     return user if user.startswith("@") else f"@{user}" if user else "nobody"
-
-
-def _duration(seconds: int) -> str:
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600} h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"

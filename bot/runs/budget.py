@@ -27,8 +27,8 @@ from bot.config import BudgetSettings, Settings, SubagentType
 from bot.deps import Deps
 from bot.errors import BudgetExceeded, SpawnRejected
 from bot.prices import estimate_cost
-from bot.runs.render import format_tokens
 from bot.store.budgets import Reservation, Scope, Spend
+from bot.text import units
 from bot.types import RunRecord, Usage
 
 CHARS_PER_TOKEN = 3
@@ -138,16 +138,12 @@ def usd_of(settings: Settings, model: str, usage: Usage) -> float:
     return estimate_cost(model, usage, settings.prices) or 0.0
 
 
-def tokens_text(n: int) -> str:
-    return format_tokens(n).replace(".0k", "k").replace(".0M", "M")
-
-
 def usd_text(usd: float) -> str:
     return f"${usd:.2f}" if usd >= 0.1 else f"${usd:.4f}"
 
 
 def amount(unit: str, value: float) -> str:
-    return usd_text(value) if unit == "usd" else f"{tokens_text(int(value))} tokens"
+    return usd_text(value) if unit == "usd" else f"{units.tokens(int(value), trim=True)} tokens"
 
 
 def _of(scope: Scope, unit: str) -> float:
@@ -168,7 +164,7 @@ def exhausted_text(scope: Scope, spend: Spend, unit: str, *, person: bool = Fals
             f"budget: {OWNERS[scope.kind]} limit of {amount(unit, limit)} is used up "
             f"({amount(unit, used)} spent)"
         )
-    bare = usd_text(used) if unit == "usd" else tokens_text(int(used))
+    bare = usd_text(used) if unit == "usd" else units.tokens(int(used), trim=True)
     who = "This thread has used its"
     if scope.kind == "user":
         who = "You have used your" if person else "The requester has used their"
@@ -373,7 +369,7 @@ def run_spend(deps: Deps, record: RunRecord) -> RunSpend:
 
 def spend_text(spend: Spend, limits: Limits) -> str:
     """``3.1k of 10k tokens · $0.0012`` (pure)."""
-    tokens = tokens_text(spend.tokens)
+    tokens = units.tokens(spend.tokens, trim=True)
     text = f"{tokens} of {amount('tokens', limits.tokens)}" if limits.tokens else f"{tokens} tokens"
     usd = usd_text(spend.usd)
     text += (

@@ -33,7 +33,8 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.observe import tracing
 from bot.runs.access import Actor
-from bot.runs.render import history_note, title
+from bot.runs.naming import run_title
+from bot.runs.render import history_note
 from bot.runs.type_registry import subagent_types
 from bot.sessions import qualified_user
 from bot.store.jobs import RunJobSpec, TurnJob
@@ -177,7 +178,8 @@ def _resume_parent(deps: Deps, run_id: str, join_id: str, job_id: str) -> None:
             run_id=run_id,
             timeout=record.timeout_s + sub.job_grace_seconds,
             max_concurrent=sub.max_concurrent,
-            description=f"subagent #{record.seq} resumes after its subagents",
+            description=f"{run_title(record, noun='subagent', name='none')} resumes after "
+            "its subagents",
             session_key=record.session_key,
             per_session=sub.max_concurrent_per_session,
         ),
@@ -248,11 +250,11 @@ def continuation_prompt(deps: Deps, join: JoinRecord, history: list[dict[str, An
     history no longer holds its note (finalize wrote one per run)."""
     runs = sorted(deps.runs.get_many(join.run_ids), key=lambda r: r.seq)
     seen = "\n".join(str(m.get("content", "")) for m in history)
-    missing = [r for r in runs if f"[{title(r)} (" not in seen]
+    missing = [r for r in runs if f"[{run_title(r)} (" not in seen]
     budget = INLINE_RESULTS_CHARS // max(1, len(missing))
     lines = [
         f"{FAN_IN_MARK} All {len(runs)} subagent run(s) you waited for have ended:",
-        *(f"- {title(r)} ({r.subagent_type}): {r.status.value}" for r in runs),
+        *(f"- {run_title(r, kind='after')}: {r.status.value}" for r in runs),
     ]
     if missing:
         lines += ["", "Results not shown above:"]

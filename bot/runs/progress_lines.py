@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 
 from bot.deps import Deps
-from bot.runs.render import format_duration, title
 from bot.steps import Meter
 from bot.store.progress import ProgressEvent
+from bot.text.units import duration
 from bot.types import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -28,19 +28,9 @@ TOOLS_FIELD = "tool_calls"
 """Run-hash field with the run's tool calls so far (not a :class:`RunRecord` field)."""
 
 
-def card_title(record: RunRecord) -> str:
-    """``[explore] Subagent #2 "Django research"``: the type tag, then the run's title."""
-    return f"[{record.subagent_type}] {title(record)}"
-
-
-def format_elapsed(seconds: float) -> str:
-    """``3.24`` -> ``3.2s``; from a minute on as :func:`~bot.runs.render.format_duration`."""
-    return f"{max(0.0, seconds):.1f}s" if seconds < 59.95 else format_duration(seconds)
-
-
 def tally(tools: int, elapsed: float) -> str:
     """``5 tools, 3.2s`` (pure)."""
-    return f"{tools} tool{'' if tools == 1 else 's'}, {format_elapsed(elapsed)}"
+    return f"{tools} tool{'' if tools == 1 else 's'}, {duration(elapsed, style='tenths')}"
 
 
 def step_event(record: RunRecord, meter: Meter, text: str) -> ProgressEvent:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from bot.deps import Deps
 from bot.errors import FanbotError
 from bot.runs.access import Actor, Decision
+from bot.runs.naming import Icon
 from bot.runs.schedule_spec import Every, every_from_text, plan_firing
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.runs.type_registry import subagent_types
@@ -162,7 +163,10 @@ def _start(deps: Deps, schedule: Schedule, note: str, *, run_id: str, tick: str)
     except FanbotError as exc:  # a type removed, a budget spent: say so where it was made
         log.warning("schedule #%s did not start: %s", schedule.schedule_id, exc)
         _tell(
-            deps, schedule, tick, f"⏰ Schedule #{schedule.schedule_id} did not start a run: {exc}"
+            deps,
+            schedule,
+            tick,
+            f"{Icon.SCHEDULE} Schedule #{schedule.schedule_id} did not start a run: {exc}",
         )
         return ""
 

@@ -1,5 +1,5 @@
-"""How a run is shown: its name, title, status icons, durations, the announce and the
-history note (pure rendering; every place that shows a run uses these).
+"""How a run's end is shown: the announce and the history note (pure rendering; the run's
+name and icons come from :mod:`bot.runs.naming`, durations from :mod:`bot.text.units`).
 
 The announce is how a finished run reports back into its thread.
 
@@ -25,24 +25,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from bot.text.clip import split_note
+from bot.runs.naming import icon, run_title
+from bot.text.clip import clip
+from bot.text.units import duration, tokens
 from bot.types import ResultFormat, RunRecord, RunStatus
 
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
 MAX_NOTES_CHARS = 2_000
 HISTORY_NOTE_CHARS = 16_000
-NAME_CHARS = 60
-"""A run's name (label, else task) is cut to this many characters wherever it is shown."""
-
-ICONS = {
-    RunStatus.QUEUED: "⏳",
-    RunStatus.RUNNING: "🏃",
-    RunStatus.SUCCESS: "✅",
-    RunStatus.ERROR: "❌",
-    RunStatus.TIMEOUT: "⏱️",
-    RunStatus.STOPPED: "⏹️",
-    RunStatus.UNKNOWN: "❓",
-}
 ENDED_VERBS = {
     RunStatus.SUCCESS: "finished",
     RunStatus.ERROR: "failed",
@@ -52,77 +42,18 @@ ENDED_VERBS = {
 }
 
 
-def icon(status: RunStatus | str) -> str:
-    """The status's icon; ``•`` for anything that is not a status."""
-    try:
-        return ICONS[RunStatus(status)]
-    except ValueError:
-        return "•"
-
-
-def one_line(text: str, limit: int = NAME_CHARS) -> str:
-    """Whitespace folded, backticks made single quotes (so untrusted text cannot break a
-    code span), cut to ``limit`` characters with "…"."""
-    clean = " ".join(text.split()).replace("`", "'")
-    return clean if len(clean) <= limit else clean[: limit - 1].rstrip() + "…"
-
-
-def run_name(record: RunRecord, limit: int = NAME_CHARS) -> str:
-    """The run's label, else its task, on one line (double quotes made single, since
-    titles quote it)."""
-    return one_line(record.label or record.task, limit).replace('"', "'") or "(no task)"
-
-
-def title(record: RunRecord) -> str:
-    """``Subagent #2 "Django research"``: how a run is named on its status card, announce
-    and history note."""
-    return f'Subagent #{record.seq} "{run_name(record)}"'
-
-
 def is_tool_message(message: Mapping[str, Any]) -> bool:
     """A transcript message that calls tools or answers a tool call."""
     return message.get("role") == "tool" or bool(message.get("tool_calls"))
-
-
-def format_duration(seconds: float) -> str:
-    """``0.4`` -> ``0s``, ``62`` -> ``1m02s``, ``3725`` -> ``1h02m``."""
-    total = max(0, round(seconds))
-    if total < 60:
-        return f"{total}s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
-def format_tokens(n: int) -> str:
-    """``950`` -> ``950``, ``3100`` -> ``3.1k``, ``2_500_000`` -> ``2.5M``."""
-    if n < 1000:
-        return str(n)
-    if n < 1_000_000:
-        return f"{n / 1000:.1f}k"
-    return f"{n / 1_000_000:.1f}M"
-
-
-def truncate(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters with a note saying how many more there were
-    (counting what an earlier cut, e.g. of the model's reply, already dropped)."""
-    if len(text) <= limit:
-        return text
-    end, earlier = split_note(text)
-    if end <= limit:
-        return text
-    return text[:limit].rstrip() + f"\n… (truncated, {end - limit + earlier:,} more characters)"
 
 
 def stats_line(record: RunRecord, *, ended_at: float, transcript_ref: str) -> str:
     started = record.started_at or record.created_at
     usage = record.usage
     parts = [
-        f"runtime {format_duration(ended_at - started)}",
-        f"tokens {format_tokens(usage.total)} (in {format_tokens(usage.prompt_tokens)}"
-        f" / out {format_tokens(usage.completion_tokens)})",
+        f"runtime {duration(ended_at - started)}",
+        f"tokens {tokens(usage.total)} (in {tokens(usage.prompt_tokens)}"
+        f" / out {tokens(usage.completion_tokens)})",
     ]
     if record.cost_usd is not None:
         parts.append(f"est ${record.cost_usd:.4f}")
@@ -147,16 +78,16 @@ def render_announce(
     """The announce text for ``record`` ending with ``status`` (``record`` has final usage)."""
     verb = ENDED_VERBS.get(status, "ended")
     lines = [
-        f"{icon(status)} {title(record)} ({record.subagent_type}) {verb}",
+        f"{icon(status)} {run_title(record, kind='after')} {verb}",
         f"Status: {status.value}",
     ]
     shown = result.strip()
     if record.result_format is ResultFormat.JSON and status is RunStatus.SUCCESS:
         shown = render_structured(shown) or shown
-    body = truncate(shown, max_result_chars) if shown else "(not available)"
+    body = clip(shown, max_result_chars, wording="result") if shown else "(not available)"
     lines.append(f"Result:\n{body}" if "\n" in body else f"Result: {body}")
     if notes.strip():
-        lines.append(f"Notes: {truncate(notes.strip(), MAX_NOTES_CHARS)}")
+        lines.append(f"Notes: {clip(notes.strip(), MAX_NOTES_CHARS, wording='result')}")
     lines.append(stats_line(record, ended_at=ended_at, transcript_ref=transcript_ref))
     return "\n".join(lines)
 
@@ -193,9 +124,9 @@ def history_note(
 ) -> str:
     """What the main agent sees of the result in its next turn (at most ``max_chars`` of
     result, like any history entry)."""
-    body = truncate(result.strip(), max_chars) if result.strip() else "(no result)"
+    body = clip(result.strip(), max_chars, wording="result") if result.strip() else "(no result)"
     return (
-        f"[{title(record)} ({record.subagent_type}) ended: "
+        f"[{run_title(record, kind='after')} ended: "
         f"{status.value}; run {record.run_id[:8]}]\n{body}"
     )
 
@@ -205,7 +136,7 @@ def render_compact_card(record: RunRecord, *, status: RunStatus, ended_at: float
     continuation carries the result, so the card only says how the run ended."""
     verb = ENDED_VERBS.get(status, "ended")
     started = record.started_at or record.created_at
-    facts = [format_duration(ended_at - started), f"{format_tokens(record.usage.total)} tokens"]
+    facts = [duration(ended_at - started), f"{tokens(record.usage.total)} tokens"]
     if record.cost_usd is not None:
         facts.append(f"est ${record.cost_usd:.4f}")
-    return f"{icon(status)} {title(record)} ({record.subagent_type}) {verb} · " + " · ".join(facts)
+    return f"{icon(status)} {run_title(record, kind='after')} {verb} · " + " · ".join(facts)

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 
 from croniter import croniter
 
+from bot.text.units import duration
+
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 _INTERVAL = re.compile(r"(?:\d{1,6}[smhd]){1,4}")
 _PART = re.compile(r"(\d+)([smhd])")
@@ -71,7 +73,8 @@ def parse_every(words: Sequence[str], *, min_seconds: int) -> tuple[Every, int] 
     seconds = parse_interval(words[0])
     if seconds is not None:
         if seconds < min_seconds:
-            return f"`{words[0]}` is too often: the shortest interval is {duration(min_seconds)}"
+            shortest = duration(min_seconds, style="spaced")
+            return f"`{words[0]}` is too often: the shortest interval is {shortest}"
         if seconds > MAX_INTERVAL:
             return f"`{words[0]}` is too long: the longest interval is 366d"
         return Every(text=words[0].lower(), seconds=seconds), 1
@@ -122,7 +125,7 @@ class Firing:
         """``fired 2h late: workers were down`` ("" when on time)."""
         if not self.late_seconds:
             return ""
-        note = f"fired {duration(self.late_seconds)} late: workers were down"
+        note = f"fired {duration(self.late_seconds, style='spaced')} late: workers were down"
         if self.missed:
             ticks = "tick" if self.missed == 1 else "ticks"
             note += f" ({self.missed} more {ticks} passed meanwhile; it ran once)"
@@ -146,19 +149,3 @@ def plan_firing(
         late_seconds=late if late > late_after else 0.0,
         missed=missed,
     )
-
-
-def duration(seconds: float) -> str:
-    """``7500`` -> ``2h 5m``; ``7205`` -> ``2h``; ``45`` -> ``45s`` (the largest unit and
-    the next one when it is not zero)."""
-    left = max(0, round(seconds))
-    units = (("d", 86_400), ("h", 3600), ("m", 60), ("s", 1))
-    for i, (unit, size) in enumerate(units):
-        if left >= size or unit == "s":
-            text = f"{left // size}{unit}"
-            if i + 1 < len(units):
-                sub, sub_size = units[i + 1]
-                rest = (left % size) // sub_size
-                text += f" {rest}{sub}" if rest else ""
-            return text
-    return "0s"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.deps import Deps
+from bot.runs.naming import run_title
 from bot.runs.spawn import enqueue_run
 from bot.runs.steer_receipts import settle
 from bot.store.receipts import ReceiptState
@@ -86,7 +87,7 @@ def settle_leftovers(deps: Deps, record: RunRecord) -> RunRecord | None:
     if record.status is not RunStatus.STOPPED and not is_archived(deps, record):
         text = "\n\n".join(message for message, _ in items)
         new = follow_up(deps, record, text, requester=record.requester)
-    shown = f"#{new.seq} (`{new.run_id[:8]}`)" if new else ""
+    shown = f"{run_title(new, noun='', name='none')} (`{new.run_id[:8]}`)" if new else ""
     for _, receipt_id in items:
         settle(deps, receipt_id, ReceiptState.MISSED, follow_up=shown)
     return new

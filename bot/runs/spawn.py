@@ -26,6 +26,7 @@ from bot.observe import record as observed
 from bot.observe import tracing
 from bot.runs.budget import SpawnBudget, spawn_limits
 from bot.runs.line import show_places
+from bot.runs.naming import run_title
 from bot.runs.thread_children import request_thread
 from bot.runs.type_registry import subagent_types
 from bot.sessions import new_child_session_key
@@ -228,7 +229,7 @@ def enqueue_run(deps: Deps, record: RunRecord) -> None:
             run_id=record.job_id,
             timeout=record.timeout_s + sub.job_grace_seconds,
             max_concurrent=sub.max_concurrent,
-            description=f"subagent #{record.seq} {record.label or record.task[:40]}",
+            description=run_title(record, noun="subagent", name="brief"),
             session_key=record.session_key,
             per_session=sub.max_concurrent_per_session,
         )

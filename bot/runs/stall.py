@@ -36,9 +36,9 @@ from bot.deps import Deps
 from bot.errors import RunStalled
 from bot.runs.finalize import finalize_run
 from bot.runs.progress_lines import step_event
-from bot.runs.render import format_duration
 from bot.steps import LoopControl, LoopResult, Meter, RunBody
 from bot.store.streams import put_progress
+from bot.text.units import duration
 from bot.types import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,8 @@ def grace_text(*, quiet_for: float, in_tool: bool, limits: StallLimits) -> str:
     """The status card's line in the grace period (pure)."""
     left = limits.limit(in_tool=in_tool) + limits.grace - quiet_for
     return (
-        f"no progress for {format_duration(quiet_for)}; "
-        f"ending in {format_duration(max(0.0, left))} unless it moves"
+        f"no progress for {duration(quiet_for)}; "
+        f"ending in {duration(max(0.0, left))} unless it moves"
     )
 
 
@@ -100,9 +100,9 @@ def stall_note(*, quiet_for: float, activity: str, tool: str, limits: StallLimit
     """The announce's note for a stalled run (pure)."""
     inside = f" inside tool {tool}" if tool else ""
     return (
-        f"stalled: no model output and no tool event for {format_duration(quiet_for)}{inside} "
-        f"(last activity: {activity}; limit {format_duration(limits.limit(in_tool=bool(tool)))} "
-        f"+ {format_duration(limits.grace)} grace)"
+        f"stalled: no model output and no tool event for {duration(quiet_for)}{inside} "
+        f"(last activity: {activity}; limit {duration(limits.limit(in_tool=bool(tool)))} "
+        f"+ {duration(limits.grace)} grace)"
     )
 
 

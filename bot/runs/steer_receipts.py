@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 
 from bot.deps import Deps
+from bot.runs.naming import Icon
 from bot.store.receipts import Receipt, Receipts, ReceiptState
 from bot.store.streams import put_outbound
 from bot.types import Outbound, OutboundKind, RunRecord, ThreadRef
@@ -26,18 +27,18 @@ def receipt_text(receipt: Receipt) -> str:
     """The reply for a receipt in its state (pure)."""
     name = receipt.name
     if receipt.state is ReceiptState.QUEUED:
-        return f"📨 Queued for {name}: it reads your message before its next step."
+        return f"{Icon.STEERED} Queued for {name}: it reads your message before its next step."
     if receipt.state is ReceiptState.DELIVERED:
-        return f"✅ Delivered to {name}: it read your message between two steps."
+        return f"{Icon.DELIVERED} Delivered to {name}: it read your message between two steps."
     if receipt.follow_up:
         return (
-            f"↪️ {name[0].upper()}{name[1:]} ended before reading your message, so I started a "
-            f"follow-up on the same session with it: run {receipt.follow_up}. Its answer will "
-            "be announced here."
+            f"{Icon.FOLLOW_UP} {name[0].upper()}{name[1:]} ended before reading your message, "
+            f"so I started a follow-up on the same session with it: run {receipt.follow_up}. "
+            "Its answer will be announced here."
         )
     return (
-        f"⚠️ {name[0].upper()}{name[1:]} ended before reading your message, so it was not "
-        "delivered. Send it again to start a follow-up."
+        f"{Icon.WARNING} {name[0].upper()}{name[1:]} ended before reading your message, "
+        "so it was not delivered. Send it again to start a follow-up."
     )
 
 

@@ -29,10 +29,11 @@ from bot.deps import Deps
 from bot.runs.approval_gate import RESUME_PREFIX, withdraw
 from bot.runs.finalize import finalize_run
 from bot.runs.join import JOB_PREFIX
-from bot.runs.render import format_duration, format_tokens, run_name
+from bot.runs.naming import Icon, run_title
 from bot.sessions import qualified_user
 from bot.store.stops import TURN_MEMBER
 from bot.store.streams import put_outbound
+from bot.text import units
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,11 @@ def _stop_children(deps: Deps, record: RunRecord, *, by: str) -> None:
             deps.jobs.cancel_queued(JOB_PREFIX + join_id)  # fired, its resume waits a slot
     for child in children_of(deps, record):
         if not child.status.terminal:
-            stop_run(deps, child.run_id, by=f"{by} (its parent #{record.seq} was stopped)")
+            stop_run(
+                deps,
+                child.run_id,
+                by=f"{by} (its parent {run_title(record, noun='', name='none')} was stopped)",
+            )
 
 
 def stop_orphans(deps: Deps) -> list[RunRecord]:
@@ -137,8 +142,12 @@ def _cascading(parent: RunRecord, *, now: float) -> bool:
 
 
 def _tell_orphaned(deps: Deps, record: RunRecord, parent: RunRecord | None) -> None:
-    ended = f"#{parent.seq} ended {parent.status.value}" if parent else "is gone"
-    text = f'⏹️ Stopped subagent #{record.seq} "{run_name(record)}": its parent {ended}.'
+    ended = (
+        f"{run_title(parent, noun='', name='none')} ended {parent.status.value}"
+        if parent
+        else "is gone"
+    )
+    text = f"{Icon.STOPPED} Stopped {run_title(record, noun='subagent')}: its parent {ended}."
     notice = Outbound(
         thread=record.thread,
         text=text,
@@ -154,8 +163,8 @@ def stop_note(deps: Deps, record: RunRecord, by: str, *, now: float | None = Non
     if record.status is RunStatus.QUEUED or record.started_at is None:
         return f"stopped by {by} before it started"
     steps = deps.transcripts.length(record.session_id)
-    ran = format_duration(now - record.started_at)
-    tokens = format_tokens(record.usage.total)
+    ran = units.duration(now - record.started_at)
+    tokens = units.tokens(record.usage.total)
     progress = f"{steps} transcript message(s), {tokens} tokens so far"
     partial = "; the result is partial" if record.result.strip() else ""
     return f"stopped by {by} after {ran} ({progress}){partial}"

@@ -21,6 +21,7 @@ import json
 
 from bot.deps import Deps
 from bot.observe import tracing
+from bot.runs.naming import Icon, run_title
 from bot.store.streams import put_outbound
 from bot.store.threads import Binding, BindState, ThreadBindings
 from bot.text.clip import clip
@@ -38,8 +39,7 @@ def bindings(deps: Deps) -> ThreadBindings:
 
 def thread_title(record: RunRecord) -> str:
     """``#3 explore: map the repo`` (pure; Telegram allows 128 characters)."""
-    title = f"#{record.seq} {record.subagent_type}: {' '.join(record.display_name.split())}"
-    return title if len(title) <= TITLE_CHARS else title[: TITLE_CHARS - 1] + "…"
+    return run_title(record, noun="", kind="colon", name="folded", limit=TITLE_CHARS)
 
 
 def open_key(run_id: str) -> str:
@@ -98,22 +98,25 @@ def thread_opened(
 
 def opened_messages(binding: Binding, record: RunRecord) -> list[Outbound]:
     """What people see once the thread is open, or could not be (pure)."""
-    name = f"subagent #{record.seq} ({record.subagent_type})"
+    name = run_title(record, noun="subagent", name="none", kind="after")
     key = f"thread-note:{record.run_id}"
     if binding.child is None:
         text = (
-            f"🧵 I couldn't open a thread of its own for {name} ({binding.note or 'unknown'}); "
+            f"{Icon.THREAD} I couldn't open a thread of its own for {name} "
+            f"({binding.note or 'unknown'}); "
             "it reports here."
         )
         return [Outbound(thread=binding.parent, text=text, idempotency_key=key)]
     intro = (
-        f"🧵 {name}: {clip(record.task, INTRO_TASK_CHARS)}\n"
+        f"{Icon.THREAD} {name}: {clip(record.task, INTRO_TASK_CHARS)}\n"
         f"Messages in this thread go to it. `/subagents close {record.seq}` unbinds it."
     )
     return [
         Outbound(thread=binding.child, text=intro, idempotency_key=f"thread-intro:{record.run_id}"),
         Outbound(
-            thread=binding.parent, text=f"🧵 {name} works in {binding.link}", idempotency_key=key
+            thread=binding.parent,
+            text=f"{Icon.THREAD} {name} works in {binding.link}",
+            idempotency_key=key,
         ),
     ]
 
@@ -135,7 +138,7 @@ def parent_announce(deps: Deps, announce: Outbound) -> Outbound | None:
         return None
     return Outbound(
         thread=binding.parent,
-        text=f"{announce.text}\n🧵 Its thread: {binding.link}",
+        text=f"{announce.text}\n{Icon.THREAD} Its thread: {binding.link}",
         kind=OutboundKind.ANNOUNCE,
         idempotency_key=f"announce-parent:{binding.run_id}",
         traceparent=announce.traceparent,
@@ -156,8 +159,9 @@ def close_thread(deps: Deps, record: RunRecord) -> str:
     # A follow-up run lives in the thread under the id of the run it was opened for.
     binding = store.for_run(store.for_thread(record.thread) or record.run_id)
     if binding is None or binding.state != BindState.BOUND:
-        return f"Subagent #{record.seq} has no thread of its own to close."
+        return f"{run_title(record, name='none')} has no thread of its own to close."
     store.unbind(binding.run_id)
     return (
-        f"🧵 Closed the thread of subagent #{record.seq}: messages there now go to the main agent."
+        f"{Icon.THREAD} Closed the thread of {run_title(record, noun='subagent', name='none')}: "
+        "messages there now go to the main agent."
     )

@@ -31,6 +31,7 @@ import redis
 from bot.errors import ToolError
 from bot.keys import Keys, glob_escape
 from bot.store import as_text
+from bot.text import units
 
 MAX_PATH_BYTES = 1024
 MAX_NAME_BYTES = 255  # NAME_MAX: a sandbox copy writes each name as a host file name
@@ -176,13 +177,6 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha1(data, usedforsecurity=False).hexdigest()
 
 
-def human(n: int) -> str:
-    """``1.2 MB`` and the like, for messages."""
-    if n < 1000:
-        return f"{n} B"
-    return f"{n / 1000:.4g} kB" if n < 1_000_000 else f"{n / 1_000_000:.4g} MB"
-
-
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     """A session workspace's budgets and retention."""
@@ -312,7 +306,7 @@ def decode_text(path: str, data: bytes) -> str:
         return data.decode()
     except UnicodeDecodeError:
         raise WorkspaceError(
-            f"{path} is binary ({human(len(data))}), not UTF-8 text; "
+            f"{path} is binary ({units.size(len(data), precise=True)}), not UTF-8 text; "
             "the file tools read and write text only"
         ) from None
 
@@ -327,13 +321,14 @@ def _put_result(status: str, number: int, *, path: str, size: int, lim: Limits) 
     if status == "ok":
         return number
     if status == "too_big":
+        most = units.size(lim.max_file_bytes, precise=True)
         raise WorkspaceFull(
-            f"{path}: {human(size)} is more than a file may hold ({human(lim.max_file_bytes)})"
+            f"{path}: {units.size(size, precise=True)} is more than a file may hold ({most})"
         )
     if status == "full":
+        used, most = units.size(number, precise=True), units.size(lim.max_bytes, precise=True)
         raise WorkspaceFull(
-            f"{path}: the workspace is full ({human(number)} of {human(lim.max_bytes)} used); "
-            "make room or write less"
+            f"{path}: the workspace is full ({used} of {most} used); make room or write less"
         )
     if status == "too_many":
         raise WorkspaceFull(f"{path}: the workspace holds its maximum of {lim.max_files} files")

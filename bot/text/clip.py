@@ -3,8 +3,20 @@
 Bounds on text that a person or the model wrote (an inbound message, a model reply, a
 history entry, a transcript line) cut with :func:`clip`, or :func:`clip_markdown` for text
 that gets posted: the first ``limit`` characters, then ``[… N characters cut]`` on its own
-line. (An announce's result is cut by ``bot.runs.render.truncate``, which words its note
-differently but counts an earlier note the same way.)
+line. Every note that says text was cut is worded by :func:`cut_note`, in one of the forms
+the places that show it have always used:
+
+==========  ===========================================  ==================================
+wording     note                                         used for
+==========  ===========================================  ==================================
+cut         ``[… 1,234 characters cut]``                 messages, replies, history, logs
+result      ``… (truncated, 1,234 more characters)``     an announce's result and notes
+tool        ``[… truncated: 1234 more characters]``      a tool's result the model reads
+line        ``[… line cut: 1234 more characters]``       one long line of ``read_file``
+==========  ===========================================  ==================================
+
+A *result* cut (:func:`clip` with ``wording="result"``) counts an earlier *cut* note the
+same way, and drops the kept head's trailing whitespace, since its note starts a line.
 
 Cutting again a text that still *ends* with its note keeps one note whose count adds both
 cuts, so a reply bounded by the model client and again in history says how much it lost
@@ -18,6 +30,7 @@ text when that text is cut again.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from bot.text.chunking import split_markdown_parts
 
@@ -25,8 +38,18 @@ _NOTE = re.compile(r"\n\[… ([\d,]+) characters cut\]\Z")
 _NOTE_MAX = 48  # longest possible note, with its newline
 
 
-def cut_note(cut: int) -> str:
-    """The marker appended to a cut text: ``[… 1,234 characters cut]``."""
+NoteWording = Literal["cut", "result", "tool", "line"]
+
+
+def cut_note(cut: int, *, wording: NoteWording = "cut") -> str:
+    """The marker appended to a cut text, ``[… 1,234 characters cut]`` (the other
+    wordings are in the module's table)."""
+    if wording == "result":
+        return f"… (truncated, {cut:,} more characters)"
+    if wording == "tool":
+        return f"[… truncated: {cut} more characters]"
+    if wording == "line":
+        return f"[… line cut: {cut} more characters]"
     return f"[… {cut:,} characters cut]"
 
 
@@ -42,7 +65,7 @@ def split_note(text: str) -> tuple[int, int]:
     return match.start(), int(match[1].replace(",", ""))
 
 
-def clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int, *, wording: Literal["cut", "result"] = "cut") -> str:
     """``text`` if its body has at most ``limit`` characters, else the head and a note.
 
     The body is ``text`` without a trailing note; when it is cut, that note is replaced by
@@ -54,6 +77,8 @@ def clip(text: str, limit: int) -> str:
     end, earlier = split_note(text)
     if end <= limit:
         return text
+    if wording == "result":
+        return text[:limit].rstrip() + "\n" + cut_note(end - limit + earlier, wording="result")
     return text[:limit] + "\n" + cut_note(end - limit + earlier)
 
 

@@ -3,11 +3,10 @@ import pytest
 from bot.config import Price
 from bot.runs.render import (
     estimate_cost,
-    format_duration,
-    format_tokens,
     history_note,
     render_announce,
 )
+from bot.text.units import duration, tokens
 from bot.types import RunRecord, RunStatus, ThreadRef, Usage
 
 
@@ -39,12 +38,12 @@ def record(**kw: object) -> RunRecord:
     ("seconds", "text"), [(0.4, "0s"), (59, "59s"), (62, "1m02s"), (3725, "1h02m")]
 )
 def test_format_duration(seconds: float, text: str) -> None:
-    assert format_duration(seconds) == text
+    assert duration(seconds) == text
 
 
 @pytest.mark.parametrize(("n", "text"), [(950, "950"), (3100, "3.1k"), (2_500_000, "2.5M")])
 def test_format_tokens(n: int, text: str) -> None:
-    assert format_tokens(n) == text
+    assert tokens(n) == text
 
 
 def test_cost_needs_a_price() -> None:

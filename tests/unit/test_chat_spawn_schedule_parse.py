@@ -14,12 +14,12 @@ from bot.runs.access import Actor
 from bot.runs.recurring import may_schedule
 from bot.runs.schedule_spec import (
     Every,
-    duration,
     every_from_text,
     parse_every,
     parse_interval,
     plan_firing,
 )
+from bot.text.units import duration
 
 TYPES = ("general-purpose", "explore", "plan")
 
@@ -82,7 +82,7 @@ def test_a_long_outage_fires_once_and_says_so() -> None:
     ("seconds", "text"), [(0, "0s"), (59, "59s"), (3600, "1h"), (3660, "1h 1m"), (90061, "1d 1h")]
 )
 def test_duration(seconds: float, text: str) -> None:
-    assert duration(seconds) == text
+    assert duration(seconds, style="spaced") == text
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,10 @@ from bot.commands.answers import (
     render_log,
 )
 from bot.commands.parse import parse_command
-from bot.commands.subagents import USAGE, SubagentsRequest, parse_subagents
+from bot.commands.registry import USAGE
+from bot.commands.subagents import SubagentsRequest, parse_subagents
 from bot.runs.logview import select_log, visible
-from bot.runs.render import NAME_CHARS
+from bot.runs.naming import NAME_CHARS
 from bot.runs.send import continuation
 from bot.types import Cleanup, RunRecord, RunStatus, ThreadRef
 

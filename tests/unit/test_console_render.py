@@ -11,7 +11,6 @@ import pytest
 from adapters.console.convert import (
     LiveRun,
     LiveView,
-    format_elapsed,
     live_lines,
     ordinal_in_line,
     run_detail,
@@ -23,6 +22,7 @@ from adapters.console.richtext import announce_parts, renderable, to_ansi
 from bot.console.app import busy_message, demo_delay, live_view
 from bot.console.live_runs import InFlight, ours, stopping_line, waiting_line
 from bot.errors import ConfigError
+from bot.text.units import duration
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus
 
 # -- typed lines -------------------------------------------------------------------------
@@ -55,7 +55,7 @@ def test_thread_lines(line: str, target: str | None, usage: bool) -> None:
     ("seconds", "shown"), [(0.4, "0s"), (7.9, "7s"), (75, "1m15s"), (3725, "1h02m")]
 )
 def test_elapsed(seconds: float, shown: str) -> None:
-    assert format_elapsed(seconds) == shown
+    assert duration(seconds, floor=True) == shown
 
 
 @pytest.mark.parametrize(

@@ -24,11 +24,13 @@ from bot.gateway.status_cards import ProgressRenderer, moved_text, quiet_text, s
 from bot.ports import DeletingChannel, PartLog
 from bot.runs.execute import execute_run
 from bot.runs.finalize import finalize_run
-from bot.runs.progress_lines import card_title, format_elapsed, tally
+from bot.runs.naming import run_title
+from bot.runs.progress_lines import tally
 from bot.runs.stop import stop_run
 from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.progress import ProgressEvent, ProgressStore, decode, put_progress
 from bot.testing import MemoryChannel
+from bot.text.units import duration
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus, ThreadRef
 
 THREAD = ThreadRef(platform="console", account="a", chat="c", thread="t")
@@ -47,7 +49,7 @@ TITLE = '[explore] Subagent #2 "Research"'
     ],
 )
 def test_format_elapsed(seconds: float, shown: str) -> None:
-    assert format_elapsed(seconds) == shown
+    assert duration(seconds, style="tenths") == shown
 
 
 @pytest.mark.parametrize(
@@ -118,7 +120,7 @@ def events(deps: Deps) -> list[ProgressEvent]:
 
 
 def test_card_title_carries_the_type_tag(deps: Deps) -> None:
-    assert card_title(make_run(deps)) == '[explore] Subagent #2 "Research"'
+    assert run_title(make_run(deps), kind="tag") == '[explore] Subagent #2 "Research"'
 
 
 def test_an_event_round_trips_through_the_stream_and_tolerates_bad_numbers(deps: Deps) -> None:

@@ -33,6 +33,7 @@ from adapters.slack import convert as slack_convert
 from adapters.telegram import convert as telegram_convert
 from bot.cli import app as cli_app
 from bot.cli import doctor
+from bot.commands import registry
 from bot.config import (
     GatewaySettings,
     MatrixSettings,
@@ -376,7 +377,7 @@ def test_manifest_features_match_the_adapter(path: Path) -> None:
     manifest = _load(path)
     defaults = SlackSettings()
     commands = [c["command"] for c in manifest["features"]["slash_commands"]]
-    assert commands == [defaults.slash_command]
+    assert commands == registry.slack_slash_commands() == [defaults.slash_command]
     settings = manifest["settings"]
     assert settings["interactivity"]["is_enabled"] is True
     assert settings["token_rotation_enabled"] is False  # the adapter cannot refresh tokens

@@ -11,7 +11,7 @@ import pytest
 
 from bot.commands import default_router
 from bot.commands.parse import parse_command
-from bot.commands.router import HELP_TEXT
+from bot.commands.registry import HELP_TEXT
 from bot.config import Settings
 from bot.deps import Deps
 from bot.gateway.ingress import Ingress

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.store.workspace import WorkspaceError, human, normalize_path
+from bot.store.workspace import WorkspaceError, normalize_path
+from bot.text.units import size
 
 
 @pytest.mark.parametrize(
@@ -67,4 +68,4 @@ def test_errors_are_short_texts_for_the_model() -> None:
     ("n", "text"), [(0, "0 B"), (999, "999 B"), (1_500, "1.5 kB"), (32_000_000, "32 MB")]
 )
 def test_sizes_read_as_words(n: int, text: str) -> None:
-    assert human(n) == text
+    assert size(n, precise=True) == text

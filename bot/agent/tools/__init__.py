@@ -24,6 +24,7 @@ from rq.timeouts import BaseTimeoutException
 
 from bot.agent.tools.json_schema import schema_problem
 from bot.errors import ConfigError, RunInterrupted, ToolError
+from bot.text.clip import cut_note
 
 if TYPE_CHECKING:
     from bot.agent.context import ToolContext
@@ -145,7 +146,7 @@ def _bounded(text: str, limit: int) -> str:
     """Cut ``text`` with a note; copies only the kept head (a 10 MB result costs ``limit``)."""
     if len(text) <= limit:
         return text
-    return text[:limit] + f"\n[… truncated: {len(text) - limit} more characters]"
+    return text[:limit] + "\n" + cut_note(len(text) - limit, wording="tool")
 
 
 class CalculateArgs(BaseModel):

@@ -28,9 +28,10 @@ from bot.store.workspace import (
     WorkspaceError,
     content_hash,
     decode_text,
-    human,
     normalize_path,
 )
+from bot.text import units
+from bot.text.clip import cut_note
 
 MAX_LINE_CHARS = 2_000
 MAX_GREP_LINES = 500
@@ -80,13 +81,13 @@ def _ls(ctx: ToolContext, args: LsArgs) -> str:
     store = ctx.deps.workspace
     paths = store.paths(ctx.workspace)
     if root in paths:
-        return f"{root}  {human(store.sizes(ctx.workspace, [root])[0])}"
+        return f"{root}  {units.size(store.sizes(ctx.workspace, [root])[0], precise=True)}"
     files, dirs = _children(root, paths)
     if not files and not dirs:
         return "(the workspace is empty)" if root == "/" else f"error: no directory {root}"
     lines = [f"{d}/  ({n} file{'s' * (n != 1)})" for d, n in sorted(dirs.items())]
     sizes = store.sizes(ctx.workspace, files)
-    lines += [f"{p}  {human(s)}" for p, s in zip(files, sizes, strict=True)]
+    lines += [f"{p}  {units.size(s, precise=True)}" for p, s in zip(files, sizes, strict=True)]
     return "\n".join(lines)
 
 
@@ -127,7 +128,7 @@ def _read_file(ctx: ToolContext, args: ReadFileArgs) -> str:
 def _cut(line: str) -> str:
     if len(line) <= MAX_LINE_CHARS:
         return line
-    return line[:MAX_LINE_CHARS] + f" [… line cut: {len(line) - MAX_LINE_CHARS} more characters]"
+    return line[:MAX_LINE_CHARS] + " " + cut_note(len(line) - MAX_LINE_CHARS, wording="line")
 
 
 def _write_file(ctx: ToolContext, args: WriteFileArgs) -> str:
@@ -138,7 +139,7 @@ def _write_file(ctx: ToolContext, args: WriteFileArgs) -> str:
         raise FileExists(
             f"{path} already exists; read it and change it with edit_file, or write to a new path"
         ) from None
-    return f"Wrote {path} ({human(len(args.content.encode()))})"
+    return f"Wrote {path} ({units.size(len(args.content.encode()), precise=True)})"
 
 
 def _edit_file(ctx: ToolContext, args: EditFileArgs) -> str:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from bot.store.workspace import Workspace, WorkspaceError, content_hash, human, normalize_path
+from bot.store.workspace import Workspace, WorkspaceError, content_hash, normalize_path
+from bot.text import units
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -149,7 +150,11 @@ def _read(
         if _stamp(info) == stamp:
             return _SAME, b""
         if info.st_size > limit:
-            return f"{human(info.st_size)} is more than a file may hold ({human(limit)})", b""
+            big, most = units.size(info.st_size, precise=True), units.size(limit, precise=True)
+            return (
+                f"{big} is more than a file may hold ({most})",
+                b"",
+            )
         if info.st_size > budget:
             return "not read back: the changes pass the workspace's size", b""
         data = handle.read(min(limit, budget) + 1)
@@ -189,7 +194,7 @@ def apply(
         except WorkspaceError as exc:
             refused.append(str(exc))
             continue
-        size = "" if change.kind == "deleted" else f", {human(len(change.data))}"
+        size = "" if change.kind == "deleted" else f", {units.size(len(change.data), precise=True)}"
         done.append(f"{change.path} ({change.kind}{size})")
     return done, refused
 

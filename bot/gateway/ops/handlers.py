@@ -14,7 +14,6 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
 from aiohttp import web
 from redis.exceptions import RedisError
@@ -26,6 +25,7 @@ from bot.gateway.ops.snapshot import replay, take
 from bot.gateway.ops.templates import render_error, render_login, render_page
 from bot.gateway.ops.view import build_page
 from bot.store.dead_letters import ENTRY_ID
+from bot.text.units import utc_stamp
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class OpsPage:
             build_page(snapshot, prices=self.prices),
             role=session.role.value,
             csrf=auth.csrf_token(self.tokens, session),
-            generated=datetime.fromtimestamp(snapshot.now, UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            generated=utc_stamp(snapshot.now, zone=False),
             refresh=refresh,
             flash=flash,
             nonce=nonce,

@@ -15,9 +15,10 @@ from dataclasses import dataclass, replace
 from bot.config import Price
 from bot.gateway.ops.snapshot import Snapshot
 from bot.prices import estimate_cost
-from bot.runs.render import format_duration, format_tokens, run_name
+from bot.runs.naming import run_title
 from bot.store.dead_letters import DeadLetter
 from bot.store.jobs import QueueOverview, WorkerInfo
+from bot.text.units import ago, duration, tokens
 from bot.types import RunRecord, RunStatus
 
 PREVIEW_CHARS = 160
@@ -116,15 +117,15 @@ def run_row(
     ended = record.ended_at if record.status.terminal else None
     return RunRow(
         run_id=record.run_id,
-        name=f"#{record.seq} {run_name(record)}",
+        name=run_title(record, noun="", name="plain"),
         agent=f"{record.agent_id}/{record.subagent_type}",
         status=record.status.value,
-        age=format_duration(now - record.created_at),
-        runtime=format_duration((ended or now) - started) if started else "–",
+        age=duration(now - record.created_at),
+        runtime=duration((ended or now) - started) if started else "–",
         model=record.model,
         tokens=(
-            f"{format_tokens(usage.total)} (in {format_tokens(usage.prompt_tokens)}"
-            f" / out {format_tokens(usage.completion_tokens)})"
+            f"{tokens(usage.total)} (in {tokens(usage.prompt_tokens)}"
+            f" / out {tokens(usage.completion_tokens)})"
         ),
         cost="–" if cost is None else f"${cost:.4f}",
         position=position if record.status is RunStatus.QUEUED else None,
@@ -173,14 +174,14 @@ def worker_row(worker: WorkerInfo, *, now: float, runs: Mapping[str, RunRecord])
     current = "–"
     if job:
         run = runs.get(job)
-        current = f"run #{run.seq} {run_name(run)}" if run is not None else f"job {job}"
+        current = run_title(run, noun="run", name="plain") if run is not None else f"job {job}"
     beat = worker.last_heartbeat
     return WorkerRow(
         name=worker.name,
         state=worker.state,
         queues=", ".join(worker.queues),
         current=current,
-        heartbeat="never" if beat is None else f"{format_duration(now - beat)} ago",
+        heartbeat="never" if beat is None else ago(now - beat),
         host=worker.host,
     )
 
@@ -190,7 +191,7 @@ def dead_row(letter: DeadLetter, *, now: float) -> DeadRow:
     millis = int(letter.entry_id.partition("-")[0] or 0)
     row = DeadRow(
         entry_id=letter.entry_id,
-        age=format_duration(now - millis / 1000),
+        age=duration(now - millis / 1000),
         kind="?",
         key="",
         where="?",

@@ -1,11 +1,8 @@
 import pytest
 
 from bot.config import Price
-from bot.runs.render import (
-    estimate_cost,
-    history_note,
-    render_announce,
-)
+from bot.prices import estimate_cost
+from bot.runs.render import history_note, render_announce
 from bot.text.units import duration, tokens
 from bot.types import RunRecord, RunStatus, ThreadRef, Usage
 

@@ -39,7 +39,6 @@ from bot.runs.finalize import finalize_run
 from bot.runs.progress_lines import step_event
 from bot.runs.render import format_duration
 from bot.steps import LoopControl, LoopResult, Meter
-from bot.store.streams import put_progress
 from bot.types import RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -194,7 +193,7 @@ class StallWatch:
 
     def _say(self, text: str) -> None:
         try:
-            put_progress(self.deps.redis, self.deps.keys, step_event(self.record, self.meter, text))
+            self.deps.progress.put(step_event(self.record, self.meter, text))
         except Exception:  # a status line is not worth ending the watch
             log.warning("stall warning for %s not shown", self.record.run_id, exc_info=True)
 

@@ -27,7 +27,7 @@ from bot.runs.finalize import finalize_run
 from bot.runs.progress_lines import card_title, format_elapsed, tally
 from bot.runs.stop import stop_run
 from bot.steps import LoopControl, LoopResult, Meter
-from bot.store.progress import ProgressEvent, ProgressStore, decode, put_progress
+from bot.store.progress import ProgressEvent, ProgressStore, decode
 from bot.testing import MemoryChannel
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus, ThreadRef
 
@@ -123,8 +123,8 @@ def test_card_title_carries_the_type_tag(deps: Deps) -> None:
 
 def test_an_event_round_trips_through_the_stream_and_tolerates_bad_numbers(deps: Deps) -> None:
     event = ProgressEvent(run_id="r", thread=THREAD, text="x", tools=3, elapsed=1.25, quiet=True)
-    put_progress(deps.redis, deps.keys, event)
-    put_progress(deps.redis, deps.keys, ProgressEvent(run_id="r", thread=THREAD, text="y"))
+    deps.progress.put(event)
+    deps.progress.put(ProgressEvent(run_id="r", thread=THREAD, text="y"))
     assert events(deps) == [event, ProgressEvent(run_id="r", thread=THREAD, text="y")]
     fields = {"run_id": "r", "thread": '{"platform": "console", "account": "a", "chat": "c"}'}
     odd = decode({**fields, "tools": "-1", "elapsed": "nan"})

@@ -1,7 +1,10 @@
 """The typed bag of stores that jobs, tools, commands and the gateway receive explicitly.
 
 It holds the stores only: the model client travels separately (a backup finalizer or a
-chat command must not build an OpenAI client to write a Redis hash).
+chat command must not build an OpenAI client to write a Redis hash). Every owner of a
+Redis structure is built here once per process; code outside :mod:`bot.store` reaches
+Redis through these owners only (``deps.outbox.put(message)``), and ``deps.connection``
+for what belongs to no one structure (a PING, a batch of several owners' writes).
 """
 
 from __future__ import annotations
@@ -12,31 +15,46 @@ from redis import Redis
 
 from bot.config import Settings
 from bot.keys import Keys
-from bot.redis.connect import connect
+from bot.redis.connect import Connection, connect
 from bot.store.approvals import Approvals
 from bot.store.budgets import Budgets
+from bot.store.dead_letters import DeadLetters
 from bot.store.dedupe import Dedupe
 from bot.store.history import HistoryStore
 from bot.store.jobs import Jobs
 from bot.store.joins import Joins
 from bot.store.leases import Leases
+from bot.store.lost_jobs import LostJobs
+from bot.store.metrics import MetricsStore
+from bot.store.outbox import OutboxWriter
+from bot.store.progress import ProgressWriter
+from bot.store.receipts import Receipts
+from bot.store.rq_layout import RqLayout
 from bot.store.runs import RunsRegistry
+from bot.store.schedules import ScheduleStore
 from bot.store.stops import Stops
+from bot.store.threads import ThreadBindings
 from bot.store.transcripts import TranscriptStore
 from bot.store.workspace import Limits, Workspace
 
 
 @dataclass(frozen=True, kw_only=True)
 class Deps:
-    """Settings and every Redis owner, built once per process from settings."""
+    """Settings and every Redis owner, built once per process from settings.
+
+    ``redis`` is the client the owners share; production code outside :mod:`bot.store`
+    does not use it (tests do, to look under the owners).
+    """
 
     settings: Settings
     redis: Redis
     keys: Keys
+    connection: Connection
     runs: RunsRegistry
     history: HistoryStore
     transcripts: TranscriptStore
     jobs: Jobs
+    rq: RqLayout
     stops: Stops
     dedupe: Dedupe
     leases: Leases
@@ -44,15 +62,25 @@ class Deps:
     joins: Joins
     budgets: Budgets
     approvals: Approvals
+    outbox: OutboxWriter
+    progress: ProgressWriter
+    thread_bindings: ThreadBindings
+    receipts: Receipts
+    schedules: ScheduleStore
+    dead_letters: DeadLetters
+    lost_jobs: LostJobs
+    metrics: MetricsStore
 
     @classmethod
     def build(cls, settings: Settings, *, client: Redis | None = None) -> Deps:
         client = client or connect(settings.redis_url)
         keys = Keys(prefix=settings.key_prefix)
+        retention = int(settings.subagents.retention_days * 86_400)
         return cls(
             settings=settings,
             redis=client,
             keys=keys,
+            connection=Connection(redis=client),
             runs=RunsRegistry(redis=client, keys=keys, history_max=settings.history.max_messages),
             history=HistoryStore(
                 redis=client,
@@ -64,19 +92,26 @@ class Deps:
             jobs=Jobs(
                 redis=client, keys=keys, per_session=settings.subagents.max_concurrent_per_session
             ),
+            rq=RqLayout(redis=client),
             stops=Stops(redis=client, keys=keys),
             dedupe=Dedupe(redis=client, keys=keys),
             leases=Leases(redis=client, keys=keys),
             workspace=Workspace(redis=client, keys=keys, limits=_workspace_limits(settings)),
             joins=Joins(redis=client, keys=keys),
-            budgets=Budgets(
-                redis=client, keys=keys, ttl_seconds=settings.subagents.retention_days * 86_400
-            ),
+            budgets=Budgets(redis=client, keys=keys, ttl_seconds=retention),
             approvals=Approvals(redis=client, keys=keys),
+            outbox=OutboxWriter(redis=client, keys=keys),
+            progress=ProgressWriter(redis=client, keys=keys),
+            thread_bindings=ThreadBindings(redis=client, keys=keys, ttl=retention),
+            receipts=Receipts(redis=client, keys=keys),
+            schedules=ScheduleStore(redis=client, keys=keys),
+            dead_letters=DeadLetters(redis=client, keys=keys),
+            lost_jobs=LostJobs(redis=client, keys=keys),
+            metrics=MetricsStore(redis=client, keys=keys),
         )
 
     def close(self) -> None:
-        self.redis.close()
+        self.connection.close()
 
 
 def _workspace_limits(settings: Settings) -> Limits:

@@ -56,6 +56,9 @@ key                                                type       what
 ``{p}receipt:{id}``                                hash       what became of one ``/subagents send``
 ``{p}approval:{id}``                               hash       a tool call waiting for a person
 ``{p}approvals:due``                               zset       approval id -> when no answer denies
+``{p}thread_bind:run:{runId}``                     string     a run's own thread (JSON binding)
+``{p}thread_bind:thread:{threadId}``               string     the run bound to a thread
+``{p}probe:{who}``                                 string     a Redis health probe's last write
 =================================================  =========  ================================
 """
 
@@ -237,6 +240,13 @@ class Keys:
     @property
     def approvals_due(self) -> str:
         return f"{self.prefix}approvals:due"
+
+    def thread_bind_run(self, run_id: str) -> str:
+        return f"{self.prefix}thread_bind:run:{run_id}"
+
+    def thread_bind_thread(self, thread_id: str) -> str:
+        """``thread_id``: ``platform|account|chat|thread`` (:func:`bot.store.threads.thread_id`)."""
+        return f"{self.prefix}thread_bind:thread:{thread_id}"
 
 
 def glob_escape(text: str) -> str:

@@ -13,9 +13,7 @@ import socket
 from typing import Any
 
 from redis import Redis
-from rq import Worker
 from rq.job import Job
-from rq.serializers import JSONSerializer
 from rq.timeouts import JobTimeoutException
 
 from bot.agent.turn import turn_stopped as commit_turn_stopped
@@ -94,22 +92,8 @@ def worker_died(deps: Deps, pid: int) -> str | None:
 def _current_run(deps: Deps, pid: int) -> str | None:
     """The run of the RQ worker with ``pid`` on this host (hostname and, where Redis saw
     one, address: containers may share a hostname and pids)."""
-    host, me = socket.gethostname(), _ip(str(deps.redis.client_info().get("addr", "")))
-    for worker in Worker.all(connection=deps.redis, serializer=JSONSerializer):
-        if worker.pid != pid or worker.hostname != host:
-            continue
-        seen = _ip(worker.ip_address or "")
-        if seen and me and seen != me:
-            continue
-        job = worker.get_current_job()
-        return deps.jobs.current_run_id(job) if job is not None else None
-    return None
-
-
-def _ip(addr: str) -> str:
-    """``10.0.0.5:6379`` -> ``10.0.0.5``; ``""`` when Redis could not say."""
-    ip = addr.rpartition(":")[0]
-    return "" if addr == "unknown" else ip
+    job = deps.rq.current_job(pid=pid, host=socket.gethostname())
+    return deps.jobs.current_run_id(job) if job is not None else None
 
 
 def _session_alive(sid: int) -> bool:

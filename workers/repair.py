@@ -48,15 +48,10 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rq.job import Job, JobStatus
-from rq.rate_limit import RateLimitRegistry
-from rq.registry import StartedJobRegistry
-from rq.serializers import JSONSerializer
+from rq.job import JobStatus
 
 from bot.deps import Deps
-from bot.store import as_text
-from bot.store.lost_jobs import LostJobs
-from bot.store.rq_state import Holder, observe, observe_lanes, requeue_lost
+from bot.store.rq_layout import Holder
 from bot.types import RunStatus
 
 log = logging.getLogger(__name__)
@@ -115,17 +110,16 @@ class Repaired:
 def repair_jobs(deps: Deps, *, now: float | None = None) -> Repaired:
     """One repair pass over every rate-limit lane; see the module docstring."""
     now = time.time() if now is None else now
-    lost = LostJobs(redis=deps.redis, keys=deps.keys)
-    lanes = RateLimitRegistry.all(deps.redis)
+    lanes = deps.rq.lanes()
     grace = deps.settings.subagents.stale_after_seconds
-    since = lost.since()
-    holders = observe_lanes(deps.redis, lanes, since, now=now)
+    since = deps.lost_jobs.since()
+    holders = deps.rq.observe_lanes(lanes, since, now=now)
     holders += _fair_holders(deps, since, now=now)
     plan = [(h, decide(h, now=now, grace=grace)) for h in holders]
     done = _act(deps, plan, now=now)
     for lane in lanes:
         lane.cleanup()  # lets waiting jobs take the freed slots; drops the lane once empty
-    lost.remember(_still_lost(plan, now=now))
+    deps.lost_jobs.remember(_still_lost(plan, now=now))
     done.rejoined = _rejoin_lines(deps, now=now, grace=grace)
     return done
 
@@ -153,7 +147,7 @@ def _fair_holders(deps: Deps, since: Mapping[str, float], *, now: float) -> list
         job_id = _slot_job(deps, run_id)
         try:
             holders.append(
-                observe(deps.redis, FAIR_LANE, job_id, now=now, lost_since=since.get(job_id))
+                deps.rq.observe(FAIR_LANE, job_id, now=now, lost_since=since.get(job_id))
             )
         except Exception:  # one malformed job must not stop the repair of the others
             log.warning("cannot inspect the job of run %s", run_id, exc_info=True)
@@ -172,7 +166,7 @@ def _slot_job(deps: Deps, run_id: str) -> str:
 def _release_fair(deps: Deps, job_id: str) -> str:
     """Free a subagent slot whose job is done, once its run has ended or parked; the run
     whose slot was freed ("" = none)."""
-    run_id = as_text(deps.redis.hget(Job.key_for(job_id), "fanbot_run") or job_id)
+    run_id = deps.rq.run_of(job_id)
     record = deps.runs.get(run_id)
     if record is not None and not record.status.terminal and record.parked_at is None:
         return ""
@@ -180,11 +174,10 @@ def _release_fair(deps: Deps, job_id: str) -> str:
 
 
 def _act(deps: Deps, plan: Iterable[tuple[Holder, Action]], *, now: float) -> Repaired:
-    conn = deps.redis
     done = Repaired()
     abandon_in: set[str] = set()
     for holder, action in plan:
-        if action is Action.REQUEUE and requeue_lost(conn, holder.job_id):
+        if action is Action.REQUEUE and deps.rq.requeue_lost(holder.job_id):
             log.warning("requeued lost job %s of lane %s", holder.job_id, holder.lane)
             done.requeued.append(holder.job_id)
         elif action is Action.RELEASE and holder.lane == FAIR_LANE:
@@ -192,7 +185,7 @@ def _act(deps: Deps, plan: Iterable[tuple[Holder, Action]], *, now: float) -> Re
                 log.warning("freed the subagent slot of run %s", freed)
                 done.released.append(freed)
         elif action is Action.RELEASE:
-            RateLimitRegistry(holder.lane, conn).release_stale_and_enqueue(holder.job_id)
+            deps.rq.release_lane_slot(holder.lane, holder.job_id)
             log.warning(
                 "freed the %s slot of job %s (%s)",
                 holder.lane,
@@ -204,8 +197,7 @@ def _act(deps: Deps, plan: Iterable[tuple[Holder, Action]], *, now: float) -> Re
             abandon_in.add(holder.origin)
             done.abandoned.append(holder.job_id)
     for origin in sorted(abandon_in):
-        registry = StartedJobRegistry(origin, connection=conn, serializer=JSONSerializer)
-        registry.cleanup(timestamp=now)  # rq fails it (AbandonedJobError) and frees its slot
+        deps.rq.abandon_started(origin, now=now)  # rq fails it and frees its slot
     return done
 
 

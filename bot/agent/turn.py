@@ -30,7 +30,6 @@ from bot.runs.join import JoinPlan, chain_exhausted, continuation_prompt, plan_j
 from bot.runs.naming import Icon
 from bot.sessions import qualified_user
 from bot.store.jobs import TurnJob
-from bot.store.streams import put_outbound
 from bot.text.clip import clip_markdown
 from bot.types import Outbound, OutboundKind, ThreadRef
 
@@ -196,8 +195,8 @@ def _commit(
         traceparent=tracing.traceparent(),
     )
     entries = [m for m in (user_message, {"role": "assistant", "content": text}) if m]
-    with deps.redis.pipeline() as pipe:
+    with deps.connection.batch() as pipe:
         deps.history.append(job.session_key, *entries, pipe=pipe)
-        put_outbound(pipe, deps.keys, reply)
+        deps.outbox.put(reply, pipe=pipe)
         pipe.execute()
     log.info("turn in %s answered at %.3f", job.session_key, time.time())

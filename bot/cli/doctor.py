@@ -29,6 +29,7 @@ from bot.agent.subagent_types import available_tools, subagent_types, tools_for_
 from bot.agent.tools.sandbox import sandbox_status
 from bot.config import Settings, config_path
 from bot.config_check import public_url
+from bot.deps import Deps
 from bot.keys import Keys
 from bot.redis.connect import connect
 from bot.store.dead_letters import DeadLetters
@@ -56,15 +57,15 @@ class Check:
         return "BAD" if not self.ok else "warn" if self.warn else "ok"
 
 
-def _client(settings: Settings) -> redis.Redis:
+def _deps(settings: Settings) -> Deps:
     """Fail fast: a doctor reports an unreachable Redis instead of retrying for a minute."""
-    return connect(settings.redis_url, socket_timeout=10, retries=0)
+    return Deps.build(settings, client=connect(settings.redis_url, socket_timeout=10, retries=0))
 
 
 def check_redis(settings: Settings) -> list[Check]:
     try:
-        client = _client(settings)
-        client.ping()
+        deps = _deps(settings)
+        deps.connection.ping()
     except (redis.RedisError, OSError) as exc:
         return [
             Check(
@@ -75,7 +76,7 @@ def check_redis(settings: Settings) -> list[Check]:
         ]
     checks = [Check(name="redis", ok=True, detail=f"reachable at {public_url(settings.redis_url)}")]
     try:
-        conf = {**client.config_get("appendonly"), **client.config_get("maxmemory-policy")}
+        conf = deps.connection.config("appendonly", "maxmemory-policy")
         aof_ok = conf.get("appendonly") == "yes"
         evict_ok = conf.get("maxmemory-policy") == "noeviction"
         checks.append(Check(name="redis durability", ok=aof_ok and evict_ok,
@@ -86,17 +87,16 @@ def check_redis(settings: Settings) -> list[Check]:
         checks.append(
             Check(name="redis durability", ok=True, detail="CONFIG not allowed; not checked")
         )
-    checks.append(check_dead_letters(client, Keys(prefix=settings.key_prefix)))
-    client.close()
+    checks.append(check_dead_letters(deps.dead_letters))
+    deps.close()
     return checks
 
 
 REPLAY_HINT = "fanbot doctor --replay-dead-letters"
 
 
-def check_dead_letters(client: redis.Redis, keys: Keys) -> Check:
+def check_dead_letters(letters: DeadLetters) -> Check:
     """How many messages ran out of delivery attempts; the newest one and why."""
-    letters = DeadLetters(redis=client, keys=keys)
     count = letters.count()
     newest = letters.newest()
     if not count or newest is None:
@@ -109,11 +109,6 @@ def check_dead_letters(client: redis.Redis, keys: Keys) -> Check:
         f"once the cause is fixed: {REPLAY_HINT}"
     )
     return Check(name="dead letters", ok=False, detail=detail)
-
-
-def replay_dead_letters(client: redis.Redis, keys: Keys) -> tuple[int, int]:
-    """Move every dead letter back into the outbox (see :meth:`DeadLetters.replay`)."""
-    return DeadLetters(redis=client, keys=keys).replay()
 
 
 def _describe(fields: Mapping[str, str]) -> str:
@@ -372,11 +367,11 @@ def replay(settings: Settings) -> tuple[int, str]:
     """``fanbot doctor --replay-dead-letters``: exit code and what to print."""
     keys = Keys(prefix=settings.key_prefix)
     try:
-        client = _client(settings)
+        deps = _deps(settings)
         try:
-            replayed, kept = replay_dead_letters(client, keys)
+            replayed, kept = deps.dead_letters.replay()
         finally:
-            client.close()
+            deps.close()
     except (redis.RedisError, OSError) as exc:
         return 2, f"fanbot doctor: cannot reach Redis at {public_url(settings.redis_url)}: {exc}"
     text = f"replayed {replayed} dead letter(s) into the outbox"

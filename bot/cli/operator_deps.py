@@ -34,7 +34,7 @@ def operator_deps(prog: str) -> Iterator[Deps]:
         raise typer.Exit(2) from None
     deps = Deps.build(settings, client=connect(settings.redis_url, socket_timeout=5, retries=0))
     try:
-        deps.redis.ping()
+        deps.connection.ping()
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         deps.close()
         typer.echo(f"{prog}: {redis_unreachable(settings.redis_url, exc)}", err=True)

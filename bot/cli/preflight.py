@@ -11,7 +11,7 @@ import redis
 
 from bot.config_check import public_url
 from bot.errors import RedisUnavailable
-from bot.redis.connect import connect
+from bot.redis.connect import Connection, connect
 
 
 def require_redis(url: str, *, timeout: float = 5.0) -> None:
@@ -23,14 +23,15 @@ def require_redis(url: str, *, timeout: float = 5.0) -> None:
     """
     try:
         client = connect(url, socket_timeout=timeout, connect_timeout=timeout, retries=0)
+        connection = Connection(redis=client)
     except ValueError as exc:  # a URL redis-py cannot parse
         raise RedisUnavailable(f"FANBOT_REDIS_URL {public_url(url)!r}: {exc}") from None
     try:
-        client.ping()
+        connection.ping()
     except (redis.RedisError, OSError) as exc:
         raise RedisUnavailable(redis_unreachable(url, exc)) from None
     finally:
-        client.close()
+        connection.close()
 
 
 def redis_unreachable(url: str, exc: BaseException) -> str:

@@ -13,7 +13,7 @@ import typer
 
 from bot.cli.operator_deps import operator_deps
 from bot.errors import FanbotError
-from bot.runs.recurring import NewSchedule, add_schedule, schedule_store
+from bot.runs.recurring import NewSchedule, add_schedule
 from bot.runs.schedule_spec import every_from_text, parse_every
 from bot.sessions import requester_session_key
 from bot.text.units import utc_stamp
@@ -33,7 +33,7 @@ PROG = "fanbot schedules"
 def list_schedules() -> None:
     """Every schedule: number, when, next tick, thread, who made it, task."""
     with operator_deps(PROG) as deps:
-        found = schedule_store(deps).all()
+        found = deps.schedules.all()
         if not found:
             typer.echo("no schedules")
             return
@@ -90,7 +90,7 @@ def remove(schedule_id: Annotated[str, typer.Argument(help="Schedule number.")])
     """Remove a schedule."""
     with operator_deps(PROG) as deps:
         number = schedule_id.strip().removeprefix("#")
-        if not schedule_store(deps).remove(number):
+        if not deps.schedules.remove(number):
             typer.echo(f"fanbot schedules remove: no schedule #{number}", err=True)
             raise typer.Exit(1)
         typer.echo(f"removed schedule #{number}")

@@ -22,7 +22,6 @@ from bot.runs.recurring import (
     NewSchedule,
     add_schedule,
     may_schedule,
-    schedule_store,
     thread_schedules,
 )
 from bot.runs.schedule_spec import Every, every_from_text, parse_every
@@ -152,6 +151,6 @@ def handle_unschedule(req: CommandRequest) -> str:
     decision = may_schedule(_actor(req), who=req.deps.settings.schedules.who, owner=found.requester)
     if not decision.allowed:
         return f"I can't remove schedule #{found.schedule_id}: {decision.reason}"
-    if not schedule_store(req.deps).remove(found.schedule_id):
+    if not req.deps.schedules.remove(found.schedule_id):
         return f"Schedule #{found.schedule_id} was just removed by someone else."
     return f"{Icon.REMOVED} Removed schedule #{found.schedule_id} ({every_from_text(found.every).describe()}): {found.task}"

@@ -40,7 +40,6 @@ from bot.runs.steer_receipts import new_receipt, receipt_text
 from bot.runs.stop import running_turn, stop_run, stop_turn
 from bot.runs.thread_children import bound_run, close_thread
 from bot.store.receipts import Receipt
-from bot.store.streams import put_outbound
 from bot.types import RunRecord, RunStatus
 
 # Subcommands with their own parsing and handler (no run id to resolve).
@@ -240,7 +239,7 @@ def _send(req: CommandRequest, found: Resolution, message: str) -> str:
             ephemeral_to=reply.ephemeral_to,
         )
         # Queued before the run can read the message, so the receipt's edits find it.
-        put_outbound(deps.redis, deps.keys, replace(reply, text=receipt_text(made)))
+        deps.outbox.put(replace(reply, text=receipt_text(made)))
         queued.append(made)
         return made.receipt_id
 

@@ -32,7 +32,6 @@ from bot.runs.thread_children import bound_run
 from bot.sessions import requester_session_key
 from bot.store.dedupe import Claimed, Dedupe
 from bot.store.jobs import TurnJob, new_turn_job_id
-from bot.store.streams import put_outbound
 from bot.text.clip import clip
 from bot.types import Inbound, Outbound, OutboundKind, RunRecord
 
@@ -227,7 +226,7 @@ class Ingress:
             callback=inbound.callback,
             traceparent=tracing.traceparent(),
         )
-        put_outbound(self.deps.redis, self.deps.keys, message)
+        self.deps.outbox.put(message)
 
     def _bound(self, inbound: Inbound) -> tuple[Inbound, RunRecord | None]:
         """The thread-bound child ``inbound`` is written to, if any; a message of a reply
@@ -309,4 +308,4 @@ class Ingress:
             ephemeral_to=inbound.sender.user_id if ephemeral and not inbound.is_dm else None,
             traceparent=tracing.traceparent(),
         )
-        put_outbound(self.deps.redis, self.deps.keys, message)
+        self.deps.outbox.put(message)

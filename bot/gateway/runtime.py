@@ -46,6 +46,7 @@ from bot.ports import ChannelAdapter
 from bot.redis.connect import connect_async
 from bot.redis.watch import RedisWatch
 from bot.runs.naming import run_title
+from bot.store.metrics import GatewayMetrics
 from bot.supervise.aio import cancel_all
 from bot.types import Inbound, ThreadRef
 
@@ -89,7 +90,9 @@ class Gateway:
         self.ingress = Ingress(deps=self.deps, router=router or default_router())
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.aredis = async_client(settings.redis_url)
-        self.observer = GatewayObserver(redis=self.aredis, keys=self.deps.keys)
+        self.observer = GatewayObserver(
+            metrics=GatewayMetrics(redis=self.aredis, keys=self.deps.keys)
+        )
         self.redis_watch = RedisWatch(
             url=settings.redis_url,
             who="gateway",

@@ -19,8 +19,7 @@ from collections.abc import Awaitable, Callable
 from bot.deps import Deps
 from bot.errors import DeliveryError
 from bot.ports import OpenedThread, OutboundChannel, ThreadOpener
-from bot.runs.thread_children import bindings, parent_announce, run_of_open_key, thread_opened
-from bot.store.outbox import put_outbound
+from bot.runs.thread_children import parent_announce, run_of_open_key, thread_opened
 from bot.store.threads import BindState
 from bot.types import Outbound, OutboundKind, ThreadRef
 
@@ -38,7 +37,7 @@ class ThreadOpenings:
     async def open(self, adapter: OutboundChannel, message: Outbound) -> list[str]:
         """Settle one ``open_thread`` entry; returns the ids egress records for it."""
         run_id = run_of_open_key(message.idempotency_key)
-        found = await asyncio.to_thread(bindings(self.deps).for_run, run_id)
+        found = await asyncio.to_thread(self.deps.thread_bindings.for_run, run_id)
         if found is None or found.state != BindState.PENDING:
             return [_id_of(found.child if found else None, "settled")]
         opened, note = await self._try_open(adapter, message)
@@ -66,7 +65,7 @@ class ThreadOpenings:
     async def announced(self, copy: Outbound) -> None:
         """The announce is posted: queue its ``copy`` for the parent thread (before the
         announce is recorded delivered, so a crash in between queues it again)."""
-        await asyncio.to_thread(put_outbound, self.deps.redis, self.deps.keys, copy)
+        await asyncio.to_thread(self.deps.outbox.put, copy)
 
     async def _try_open(
         self, adapter: OutboundChannel, message: Outbound

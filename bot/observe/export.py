@@ -28,9 +28,7 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.observe import metric_defs as c
 from bot.redis.connect import connect
-from bot.store.dead_letters import DeadLetters
-from bot.store.metrics import MetricsStore, Snapshot
-from bot.store.outbox import backlog
+from bot.store.metrics import Snapshot
 from bot.types import RunStatus
 
 __all__ = ["CONTENT_TYPE_LATEST", "render"]
@@ -43,11 +41,10 @@ class FanbotCollector(Collector):
 
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
-        self.store = MetricsStore(keys=deps.keys)
 
     def collect(self) -> Iterator[Metric]:
         try:
-            families = [*self._stored(self.store.read(self.deps.redis)), *self._gauges()]
+            families = [*self._stored(self.deps.metrics.read()), *self._gauges()]
         except RedisError as exc:
             log.warning("metrics scrape could not read Redis: %s", exc)
             yield _gauge(c.REDIS_UP, 0.0)
@@ -72,12 +69,10 @@ class FanbotCollector(Collector):
         yield _gauge(c.WORKERS, jobs.worker_count())
         yield _labelled(c.RUNS_ACTIVE, [([s], n) for s, n in self._active().items()])
         yield _gauge(c.APPROVALS_PARKED, 0)
-        outbox = backlog(self.deps.redis, self.deps.keys)
+        outbox = self.deps.outbox.backlog()
         yield _gauge(c.OUTBOX_BACKLOG, outbox.unacknowledged)
         yield _gauge(c.OUTBOX_LAG, outbox.oldest_seconds)
-        yield _gauge(
-            c.DEAD_LETTERS_NOW, DeadLetters(redis=self.deps.redis, keys=self.deps.keys).count()
-        )
+        yield _gauge(c.DEAD_LETTERS_NOW, self.deps.dead_letters.count())
 
     def _active(self) -> dict[str, int]:
         counts = {RunStatus.QUEUED.value: 0, RunStatus.RUNNING.value: 0}

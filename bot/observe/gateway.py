@@ -21,12 +21,11 @@ from aiohttp import web
 
 from bot.config import Settings
 from bot.deps import Deps
-from bot.keys import Keys
 from bot.observe import metric_defs as catalog
 from bot.observe import tracing
 from bot.observe.export import CONTENT_TYPE_LATEST, render, scrape_deps
 from bot.observe.health import ALIVE, Check, verdict
-from bot.store.metrics import MetricsStore, Update
+from bot.store.metrics import GatewayMetrics, Update
 from bot.store.outbox import entry_time
 from bot.types import Inbound, Outbound, OutboundKind
 
@@ -38,15 +37,13 @@ BAD_REQUEST_STATUSES = frozenset({400, 401, 403, 413, 415})
 
 @dataclass(kw_only=True)
 class GatewayObserver:
-    """Writes the gateway's metric events with its async client; knows which adapters run.
+    """Writes the gateway's metric events; knows which adapters run.
 
     Args:
-        redis: The gateway's async client.
-        keys: Key builder.
+        metrics: The metrics writer on the gateway's async client.
     """
 
-    redis: aioredis.Redis
-    keys: Keys
+    metrics: GatewayMetrics
     started: set[str] = field(default_factory=set)
     _scrape: Deps | None = None
 
@@ -64,9 +61,7 @@ class GatewayObserver:
     async def add(self, updates: Sequence[Update]) -> None:
         """Apply ``updates`` (best effort: a metric is never worth failing a message)."""
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                MetricsStore(keys=self.keys).queue(pipe, updates)
-                await pipe.execute()
+            await self.metrics.write(updates)
         except (aioredis.RedisError, OSError) as exc:
             log.debug("metrics not recorded: %s", exc)
 

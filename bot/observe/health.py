@@ -15,6 +15,8 @@ from typing import Any
 
 import redis
 
+from bot.redis.connect import Connection
+
 
 @dataclass(frozen=True, kw_only=True)
 class Check:
@@ -40,10 +42,10 @@ def verdict(checks: Sequence[Check]) -> tuple[int, dict[str, Any]]:
 ALIVE: dict[str, Any] = {"status": "alive"}
 
 
-def redis_check(client: redis.Redis) -> Check:
+def redis_check(connection: Connection) -> Check:
     """Redis answers a PING (sync: the worker's endpoint thread)."""
     try:
-        client.ping()
+        connection.ping()
     except (redis.RedisError, OSError) as exc:
         return Check(name="redis", ok=False, detail=f"{type(exc).__name__}: {exc}")
     return Check(name="redis", ok=True)

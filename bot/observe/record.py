@@ -12,7 +12,7 @@ from redis.exceptions import RedisError
 
 from bot.deps import Deps
 from bot.observe import metric_defs as catalog
-from bot.store.metrics import MetricsStore, Update
+from bot.store.metrics import Update
 from bot.types import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def write(deps: Deps, updates: list[Update]) -> None:
     """Apply ``updates`` to the cluster's metrics (best effort)."""
     try:
-        MetricsStore(keys=deps.keys).write(deps.redis, updates)
+        deps.metrics.write(updates)
     except (RedisError, OSError) as exc:
         log.debug("metrics not recorded: %s", exc)
 

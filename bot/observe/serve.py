@@ -39,7 +39,7 @@ class WorkerEndpoints:
     pids: WorkerPids
 
     def checks(self) -> list[Check]:
-        redis = redis_check(self.deps.redis)
+        redis = redis_check(self.deps.connection)
         if not redis.ok:
             return [redis, Check(name="workers", ok=False, detail="Redis is not reachable")]
         return [redis, self._workers()]

@@ -167,3 +167,42 @@ def node_options(target: SentinelTarget) -> dict[str, Any]:
     them from a one-node URL."""
     parsed: dict[str, Any] = parse_url(target.node_url)  # type: ignore[no-untyped-call]
     return {k: v for k, v in parsed.items() if k not in ("host", "port", "connection_class")}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Connection:
+    """The sync client itself, for what belongs to no one structure: a PING, a pipeline on
+    which several owners queue writes for one round trip, this client's address, closing.
+
+    Args:
+        redis: The client every owner of this process shares.
+    """
+
+    def __init__(self, *, redis: Redis) -> None:
+        self.redis = redis
+
+    def ping(self) -> None:
+        """Raises ``redis.RedisError`` (or ``OSError``) when Redis does not answer."""
+        self.redis.ping()
+
+    def batch(self, *, transaction: bool = True) -> redis.client.Pipeline:
+        """A pipeline for owners' ``pipe=`` arguments; the caller executes it (``with``)."""
+        return self.redis.pipeline(transaction=transaction)
+
+    def config(self, *names: str) -> dict[str, str]:
+        """The server's settings ``names`` (``CONFIG GET``; raises ``redis.ResponseError``
+        where CONFIG is not allowed)."""
+        found: dict[str, str] = {}
+        for name in names:
+            found.update({_text(k): _text(v) for k, v in self.redis.config_get(name).items()})
+        return found
+
+    def address(self) -> str:
+        """``ip:port`` of this client's connection as Redis sees it (``""``: not said)."""
+        return str(self.redis.client_info().get("addr", ""))
+
+    def close(self) -> None:
+        self.redis.close()

@@ -35,8 +35,6 @@ from bot.runs.access import Actor, may_control
 from bot.runs.naming import Icon, run_title
 from bot.store.approvals import ApprovalRecord, ApprovalState, PendingCall
 from bot.store.jobs import RunJobSpec
-from bot.store.outbox import posted_part
-from bot.store.streams import put_outbound
 from bot.text.units import duration
 from bot.types import Action, Outbound, OutboundKind, RunRecord
 
@@ -112,7 +110,7 @@ def post_request(deps: Deps, approval_id: str) -> None:
         idempotency_key=approval.request_key,
         actions=request_actions(approval_id),
     )
-    put_outbound(deps.redis, deps.keys, message)
+    deps.outbox.put(message)
 
 
 def outcome_text(approval: ApprovalRecord) -> str:
@@ -244,10 +242,8 @@ def _settle(deps: Deps, approval_id: str) -> ApprovalRecord | None:
 
 def _edit_request(deps: Deps, approval: ApprovalRecord, text: str) -> None:
     """Edit the posted request (buttons gone); post anew if it was never posted."""
-    message_id = posted_part(deps.redis, deps.keys, approval.request_key)
-    put_outbound(
-        deps.redis,
-        deps.keys,
+    message_id = deps.outbox.posted_part(approval.request_key)
+    deps.outbox.put(
         Outbound(
             thread=approval.thread,
             text=text,

@@ -36,8 +36,8 @@ from bot.runs.progress_lines import TOOLS_FIELD, save_tool_count, step_event
 from bot.runs.stall import stall_watch
 from bot.runs.steer_receipts import read_inbox
 from bot.steps import LoopControl, Message, Meter, RunBody
+from bot.store.progress import ProgressEvent
 from bot.store.runs import RunStart
-from bot.store.streams import ProgressEvent, put_progress
 from bot.types import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ def _park(deps: Deps, record: RunRecord, meter: Meter, parked: RunParked) -> Non
     )
     waiting = "waiting for approval" if parked.approval_id else "waiting for its subagents"
     event = ProgressEvent(run_id=record.run_id, thread=record.thread, text=waiting)
-    put_progress(deps.redis, deps.keys, event)
+    deps.progress.put(event)
     # children or a person may take long: the slot goes to the next run meanwhile
     if deps.jobs.fair.release(record.run_id):
         after_slot_freed(deps)
@@ -220,7 +220,7 @@ def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> Lo
 
     def progress(text: str) -> None:
         early.take("progress")
-        with deps.redis.pipeline(transaction=False) as pipe:  # one round trip (or none)
+        with deps.connection.batch(transaction=False) as pipe:  # one round trip (or none)
             if meter.tool_calls != counted[0]:  # unthrottled: a stop's final tally reads it
                 counted[0] = meter.tool_calls
                 deps.runs.update(run_id, client=pipe, **{TOOLS_FIELD: meter.tool_calls})
@@ -234,7 +234,7 @@ def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> Lo
                     prompt_tokens=meter.usage.prompt_tokens,
                     completion_tokens=meter.usage.completion_tokens,
                 )
-                put_progress(pipe, deps.keys, step_event(record, meter, text))
+                deps.progress.put(step_event(record, meter, text), pipe=pipe)
             pipe.execute()
 
     return LoopControl(

@@ -28,7 +28,6 @@ from bot.runs.render import (
 )
 from bot.runs.send import settle_leftovers
 from bot.store.runs import Finalization
-from bot.store.streams import put_progress
 from bot.types import Cleanup, Outbound, OutboundKind, RunRecord, RunStatus, Usage
 
 log = logging.getLogger(__name__)
@@ -100,7 +99,7 @@ def finalize_run(
         log.info("run %s ended %s", run_id, status.value)
         observed.run_ended(deps, record, status, ended_at)
         last = final_event(deps, record, status=status, ended_at=ended_at, quiet=quiet)
-        put_progress(deps.redis, deps.keys, last)
+        deps.progress.put(last)
         after_slot_freed(deps)
         # Steering it never read starts a follow-up (after the announce, so it reads next).
         settle_leftovers(deps, dataclasses.replace(record, status=status))

@@ -26,14 +26,9 @@ from bot.runs.schedule_spec import Every, every_from_text, plan_firing
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.runs.type_registry import subagent_types
 from bot.store.schedules import Schedule, ScheduleStore
-from bot.store.streams import put_outbound
 from bot.types import Outbound, OutboundKind, ThreadRef
 
 log = logging.getLogger(__name__)
-
-
-def schedule_store(deps: Deps) -> ScheduleStore:
-    return ScheduleStore(redis=deps.redis, keys=deps.keys)
 
 
 def may_schedule(actor: Actor, *, who: str, owner: str | None = None) -> Decision:
@@ -74,7 +69,7 @@ def add_schedule(deps: Deps, new: NewSchedule, *, now: float | None = None) -> S
     types = subagent_types(deps.settings)
     if new.subagent_type and new.subagent_type not in types:
         raise FanbotError(f"unknown subagent type {new.subagent_type!r}; known: {', '.join(types)}")
-    return schedule_store(deps).add(
+    return deps.schedules.add(
         every=new.every.text,
         task=new.task,
         subagent_type=new.subagent_type,
@@ -89,7 +84,7 @@ def add_schedule(deps: Deps, new: NewSchedule, *, now: float | None = None) -> S
 
 def thread_schedules(deps: Deps, thread: ThreadRef) -> list[Schedule]:
     """The schedules made in ``thread`` (a channel-level command: in its whole chat)."""
-    found = schedule_store(deps).all()
+    found = deps.schedules.all()
     if thread.thread is None:
         return [s for s in found if _same_chat(s.thread, thread)]
     return [s for s in found if s.thread == thread]
@@ -103,7 +98,7 @@ def fire_due(deps: Deps, *, now: float | None = None) -> list[str]:
     """Fire every schedule whose tick has come and this caller claims, then every tick a
     sweep fired but never finished (its process died); returns the run ids started."""
     now = time.time() if now is None else now
-    store = schedule_store(deps)
+    store = deps.schedules
     late_after = deps.settings.schedules.late_after_seconds
     started: list[str] = []
     for schedule in store.due(now=now):
@@ -178,4 +173,4 @@ def _tell(deps: Deps, schedule: Schedule, tick: str, text: str) -> None:
         kind=OutboundKind.REPLY,
         idempotency_key=f"schedule:{schedule.schedule_id}:{tick}",
     )
-    put_outbound(deps.redis, deps.keys, notice)
+    deps.outbox.put(notice)

@@ -37,7 +37,6 @@ from bot.errors import RunStalled
 from bot.runs.finalize import finalize_run
 from bot.runs.progress_lines import step_event
 from bot.steps import LoopControl, LoopResult, Meter, RunBody
-from bot.store.streams import put_progress
 from bot.text.units import duration
 from bot.types import RunRecord, RunStatus
 
@@ -190,7 +189,7 @@ class StallWatch:
 
     def _say(self, text: str) -> None:
         try:
-            put_progress(self.deps.redis, self.deps.keys, step_event(self.record, self.meter, text))
+            self.deps.progress.put(step_event(self.record, self.meter, text))
         except Exception:  # a status line is not worth ending the watch
             log.warning("stall warning for %s not shown", self.record.run_id, exc_info=True)
 

@@ -14,13 +14,8 @@ import uuid
 
 from bot.deps import Deps
 from bot.runs.naming import Icon
-from bot.store.receipts import Receipt, Receipts, ReceiptState
-from bot.store.streams import put_outbound
+from bot.store.receipts import Receipt, ReceiptState
 from bot.types import Outbound, OutboundKind, RunRecord, ThreadRef
-
-
-def receipts_of(deps: Deps) -> Receipts:
-    return Receipts(redis=deps.redis, keys=deps.keys)
 
 
 def receipt_text(receipt: Receipt) -> str:
@@ -61,18 +56,18 @@ def new_receipt(
         reply_key=reply_key,
         ephemeral_to=ephemeral_to,
     )
-    receipts_of(deps).create(receipt)
+    deps.receipts.create(receipt)
     return receipt
 
 
 def settle(deps: Deps, receipt_id: str, state: ReceiptState, *, follow_up: str = "") -> bool:
     """Move a queued receipt on and rewrite its reply; False if it had moved already."""
-    store = receipts_of(deps)
+    store = deps.receipts
     if not receipt_id or not store.settle(receipt_id, state, follow_up=follow_up):
         return False
     receipt = store.get(receipt_id)
     if receipt is not None:
-        put_outbound(deps.redis, deps.keys, update_of(receipt))
+        deps.outbox.put(update_of(receipt))
     return True
 
 

@@ -32,7 +32,6 @@ from bot.runs.join import JOB_PREFIX
 from bot.runs.naming import Icon, run_title
 from bot.sessions import qualified_user
 from bot.store.stops import TURN_MEMBER
-from bot.store.streams import put_outbound
 from bot.text import units
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus
 
@@ -154,7 +153,7 @@ def _tell_orphaned(deps: Deps, record: RunRecord, parent: RunRecord | None) -> N
         kind=OutboundKind.REPLY,
         idempotency_key=f"orphan:{record.run_id}",
     )
-    put_outbound(deps.redis, deps.keys, notice)
+    deps.outbox.put(notice)
 
 
 def stop_note(deps: Deps, record: RunRecord, by: str, *, now: float | None = None) -> str:

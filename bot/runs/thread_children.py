@@ -22,19 +22,13 @@ import json
 from bot.deps import Deps
 from bot.observe import tracing
 from bot.runs.naming import Icon, run_title
-from bot.store.streams import put_outbound
-from bot.store.threads import Binding, BindState, ThreadBindings
+from bot.store.threads import Binding, BindState
 from bot.text.clip import clip
 from bot.types import Outbound, OutboundKind, RunRecord, ThreadRef
 
 TITLE_CHARS = 96
 ANNOUNCE_PREFIX = "announce:"  # a run's announce key (bot.runs.finalize): announce:<run id>
 INTRO_TASK_CHARS = 1_000
-
-
-def bindings(deps: Deps) -> ThreadBindings:
-    ttl = int(deps.settings.subagents.retention_days * 86_400)
-    return ThreadBindings(redis=deps.redis, keys=deps.keys, ttl=ttl)
 
 
 def thread_title(record: RunRecord) -> str:
@@ -55,7 +49,7 @@ def run_of_open_key(key: str) -> str:
 def request_thread(deps: Deps, record: RunRecord) -> None:
     """Ask the gateway (through the outbox) to open ``record``'s own thread."""
     title = thread_title(record)
-    bindings(deps).request(Binding(run_id=record.run_id, parent=record.thread, title=title))
+    deps.thread_bindings.request(Binding(run_id=record.run_id, parent=record.thread, title=title))
     ask = Outbound(
         thread=record.thread,
         text=title,
@@ -63,7 +57,7 @@ def request_thread(deps: Deps, record: RunRecord) -> None:
         idempotency_key=open_key(record.run_id),
         traceparent=tracing.traceparent() or record.traceparent,
     )
-    put_outbound(deps.redis, deps.keys, ask)
+    deps.outbox.put(ask)
 
 
 def thread_opened(
@@ -73,7 +67,7 @@ def thread_opened(
 
     Idempotent: a redelivered request finds the binding settled and changes nothing.
     """
-    store = bindings(deps)
+    store = deps.thread_bindings
     found = store.for_run(run_id)
     record = deps.runs.get(run_id)
     if found is None or found.state != BindState.PENDING or record is None:
@@ -92,7 +86,7 @@ def thread_opened(
     if thread is not None:
         deps.runs.update(run_id, thread=json.dumps(thread.to_json()))
     for message in opened_messages(binding, record):
-        put_outbound(deps.redis, deps.keys, message)
+        deps.outbox.put(message)
     return binding
 
 
@@ -123,7 +117,7 @@ def opened_messages(binding: Binding, record: RunRecord) -> list[Outbound]:
 
 def bound_run(deps: Deps, thread: ThreadRef) -> RunRecord | None:
     """The run whose own thread ``thread`` is (None: a normal thread)."""
-    run_id = bindings(deps).for_thread(thread)
+    run_id = deps.thread_bindings.for_thread(thread)
     return deps.runs.get(run_id) if run_id else None
 
 
@@ -133,7 +127,7 @@ def parent_announce(deps: Deps, announce: Outbound) -> Outbound | None:
     key = announce.idempotency_key
     if announce.kind is not OutboundKind.ANNOUNCE or not key.startswith(ANNOUNCE_PREFIX):
         return None
-    binding = bindings(deps).for_run(key[len(ANNOUNCE_PREFIX) :])
+    binding = deps.thread_bindings.for_run(key[len(ANNOUNCE_PREFIX) :])
     if binding is None or binding.child is None or announce.thread != binding.child:
         return None
     return Outbound(
@@ -150,12 +144,12 @@ def copy_to_parent(deps: Deps, announce: Outbound) -> None:
     announce and before recording it delivered, so a gateway that dies in between queues
     it again; the copy's own key makes it post once."""
     if (copy := parent_announce(deps, announce)) is not None:
-        put_outbound(deps.redis, deps.keys, copy)
+        deps.outbox.put(copy)
 
 
 def close_thread(deps: Deps, record: RunRecord) -> str:
     """Unbind ``record``'s thread (``/subagents close``); returns the answer."""
-    store = bindings(deps)
+    store = deps.thread_bindings
     # A follow-up run lives in the thread under the id of the run it was opened for.
     binding = store.for_run(store.for_thread(record.thread) or record.run_id)
     if binding is None or binding.state != BindState.BOUND:

@@ -16,10 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
-from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import Lua, RedisOwner
 from bot.types import ThreadRef
 
 KEEP_SECONDS = 7 * 86_400
@@ -128,18 +126,10 @@ return 1
 """
 
 
-class Approvals:
-    """Every read and write of the approval hashes and their due set.
+class Approvals(RedisOwner):
+    """Every read and write of the approval hashes and their due set."""
 
-    Args:
-        redis: Sync client.
-        keys: Key builder.
-    """
-
-    def __init__(self, *, redis: redis.Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.keys = keys
-        self._decide = redis.register_script(_DECIDE)
+    _decide = Lua(_DECIDE)
 
     def create(self, record: ApprovalRecord) -> None:
         """Store a pending approval and its deadline (one transaction)."""

@@ -28,6 +28,7 @@ import redis
 
 from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import Lua, RedisOwner
 
 DAILY_KINDS = frozenset({"thread", "user"})
 
@@ -148,7 +149,7 @@ class Reservation:
     held_only: bool = False
 
 
-class Budgets:
+class Budgets(RedisOwner):
     """Owner of ``budget:{kind}:…`` hashes and ``budget:day:{day}`` sets.
 
     Args:
@@ -157,12 +158,12 @@ class Budgets:
         ttl_seconds: Every counter expires this long after its last change.
     """
 
+    _reserve = Lua(_RESERVE)
+    _settle = Lua(_SETTLE)
+
     def __init__(self, *, redis: redis.Redis, keys: Keys, ttl_seconds: float) -> None:
-        self.redis = redis
-        self.keys = keys
+        super().__init__(redis=redis, keys=keys)
         self.ttl = max(int(ttl_seconds), 2 * 86_400)
-        self._reserve = redis.register_script(_RESERVE)
-        self._settle = redis.register_script(_SETTLE)
 
     def key(self, scope: Scope) -> str:
         return self.keys.budget(scope.kind, scope.ident, scope.day)

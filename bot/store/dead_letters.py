@@ -10,10 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
-from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import RedisOwner
 
 ENTRY_ID = re.compile(r"\d{1,20}-\d{1,20}")
 """A stream entry id (what :meth:`DeadLetters.replay_one` accepts)."""
@@ -35,17 +33,8 @@ class DeadLetter:
     fields: dict[str, str]
 
 
-class DeadLetters:
-    """Owner of ``outbox:dead`` for operators.
-
-    Args:
-        redis: Sync client.
-        keys: Key builder.
-    """
-
-    def __init__(self, *, redis: redis.Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.keys = keys
+class DeadLetters(RedisOwner):
+    """Owner of ``outbox:dead`` for operators."""
 
     @property
     def key(self) -> str:

@@ -23,10 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import redis
-
-from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import Lua, RedisOwner
 
 DONE = "done"
 _TAKE_OVER = """
@@ -57,18 +55,10 @@ class Claimed:
     value: str = ""
 
 
-class Dedupe:
-    """Owner of the ``dedupe:{platform}:{eventId}`` markers.
+class Dedupe(RedisOwner):
+    """Owner of the ``dedupe:{platform}:{eventId}`` markers."""
 
-    Args:
-        redis: Sync client.
-        keys: Key builder.
-    """
-
-    def __init__(self, *, redis: redis.Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.keys = keys
-        self._take_over = redis.register_script(_TAKE_OVER)
+    _take_over = Lua(_TAKE_OVER)
 
     @staticmethod
     def claim_value(token: str, job_id: str, *, now: float | None = None) -> str:

@@ -23,6 +23,9 @@ stopped run still waiting is withdrawn; one missed is skipped by the admission (
 no longer ``queued`` or its job was canceled). RQ's own failure modes after admission (a
 worker dying between its pop and its horse) are repaired by :mod:`workers.repair`, which
 treats ``fair:slots`` like an RQ concurrency lane.
+
+The scripts touch RQ's job hashes and queue lists only through the Lua functions of
+:data:`bot.store.rq_layout.RQ_LUA`, where the assumptions about RQ's layout are listed.
 """
 
 from __future__ import annotations
@@ -39,11 +42,12 @@ from rq.utils import now, utcformat
 
 from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import Lua, RedisOwner
+from bot.store.rq_layout import RQ_LUA, job_fields
 
-HELD_STATUS = "rate_limited"
-"""RQ status of a held job (RQ's own word for a job waiting for a concurrency slot)."""
-
-_ADMIT = """
+_ADMIT = (
+    RQ_LUA
+    + """
 local function admit()
   local cap = tonumber(ARGV[2])
   local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
@@ -73,12 +77,12 @@ local function admit()
       local id = redis.call('LPOP', wkey)
       if not id then break end
       -- a resume job (its own id) names the parked run it resumes in 'fanbot_run'
-      local rid = redis.call('HGET', ARGV[7] .. id, 'fanbot_run') or id
+      local rid = rq_run_of(id)
       local status = redis.call('HGET', ARGV[6] .. rid, 'status')
       local parked = redis.call('HGET', ARGV[6] .. rid, 'parked_at')
       local waiting = status == 'queued'
         or (status == 'running' and parked and parked ~= '' and rid ~= id)
-      if waiting and redis.call('HGET', ARGV[7] .. id, 'status') == 'rate_limited' then
+      if waiting and rq_held(id) then
         run, job = rid, id
       end
     end
@@ -86,8 +90,7 @@ local function admit()
       -- a resume holds its run's slot under the run's id: name the job that holds it
       if run ~= job then redis.call('HSET', ARGV[6] .. run, 'resume_job', job) end
       redis.call('ZADD', KEYS[1], ARGV[3], run)
-      redis.call('RPUSH', KEYS[4], job)
-      redis.call('HSET', ARGV[7] .. job, 'status', 'queued', 'enqueued_at', ARGV[4])
+      rq_enqueue(KEYS[4], job, ARGV[4])
       held[best] = best_n + 1
       admitted[#admitted + 1] = run
       free = free - 1
@@ -105,6 +108,7 @@ local function admit()
   return admitted
 end
 """
+)
 
 _ADMIT_ONLY = _ADMIT + "return admit()\n"
 
@@ -118,7 +122,7 @@ local function join(run, session)
   local served = redis.call('HGET', KEYS[6], session)
   local score = served and tonumber(served) or (tonumber(redis.call('GET', KEYS[3]) or '0') - 0.5)
   redis.call('ZADD', KEYS[2], 'NX', score, session)
-  redis.call('SADD', KEYS[5], KEYS[4])
+  rq_register_queue(KEYS[5], KEYS[4])
   return 1
 end
 """
@@ -127,8 +131,8 @@ _SUBMIT = (
     _ADMIT
     + _JOIN
     + """
-redis.call('HSET', KEYS[7], unpack(ARGV, 10))
-join(ARGV[8], ARGV[9])
+rq_save(KEYS[7], ARGV, 9)
+join(ARGV[7], ARGV[8])
 return admit()
 """
 )
@@ -138,11 +142,10 @@ _REJOIN = (
     + _JOIN
     + """
 local rejoined = {}
-for i = 8, #ARGV, 2 do
-  local run, job = ARGV[i], ARGV[7] .. ARGV[i]
+for i = 7, #ARGV, 2 do
+  local run = ARGV[i]
   -- held by this line (RQ's own lane marks its jobs with a rate_limit_key)
-  if redis.call('HGET', job, 'status') == 'rate_limited'
-      and not redis.call('HGET', job, 'rate_limit_key')
+  if rq_held(run) and not rq_field(run, 'rate_limit_key')
       and redis.call('HGET', ARGV[6] .. run, 'status') == 'queued'
       and join(run, ARGV[i + 1]) == 1 then
     rejoined[#rejoined + 1] = run
@@ -153,9 +156,11 @@ return rejoined
 """
 )
 
-_WITHDRAW = """
--- a resume job (its own id) names the parked run it resumes in 'fanbot_run'
-local run = redis.call('HGET', ARGV[4] .. ARGV[1], 'fanbot_run') or ARGV[1]
+_WITHDRAW = (
+    RQ_LUA
+    + """
+-- a resume job (its own id) names the parked run it resumes
+local run = rq_run_of(ARGV[1])
 local s = redis.call('HGET', ARGV[2] .. run, 'session_key')
 if not s then return 0 end
 local wkey = ARGV[3] .. s
@@ -163,6 +168,7 @@ local n = redis.call('LREM', wkey, 0, ARGV[1])
 if redis.call('LLEN', wkey) == 0 then redis.call('ZREM', KEYS[1], s) end
 return n
 """
+)
 
 _PRUNE = """
 local keep = {}
@@ -247,7 +253,7 @@ def line_order(line: Line, cap: int | None = None) -> list[str]:
     return order
 
 
-class FairQueue:
+class FairQueue(RedisOwner):
     """The subagent slots and the per-session lines waiting for them.
 
     Args:
@@ -256,16 +262,16 @@ class FairQueue:
         queue: RQ's queue the admitted runs go to.
     """
 
+    _submit = Lua(_SUBMIT)
+    _admit = Lua(_ADMIT_ONLY)
+    _withdraw = Lua(_WITHDRAW)
+    _snapshot = Lua(_SNAPSHOT)
+    _prune = Lua(_PRUNE)
+    _rejoin = Lua(_REJOIN)
+
     def __init__(self, *, redis: Redis, keys: Keys, queue: Queue) -> None:
-        self.redis = redis
-        self.keys = keys
+        super().__init__(redis=redis, keys=keys)
         self.queue = queue
-        self._submit = redis.register_script(_SUBMIT)
-        self._admit = redis.register_script(_ADMIT_ONLY)
-        self._withdraw = redis.register_script(_WITHDRAW)
-        self._snapshot = redis.register_script(_SNAPSHOT)
-        self._prune = redis.register_script(_PRUNE)
-        self._rejoin = redis.register_script(_REJOIN)
 
     @property
     def slots_key(self) -> str:
@@ -291,7 +297,6 @@ class FairQueue:
             utcformat(now()),
             self.keys.fair_waiting(""),
             self.keys.run(""),
-            Job.redis_job_namespace_prefix,
         ]
 
     def submit(
@@ -303,16 +308,12 @@ class FairQueue:
         cap: int | None,
         resumes: str = "",
     ) -> list[str]:
-        """Save ``job`` (created with status :data:`HELD_STATUS`), put it in its session's
+        """Save ``job`` (created with status :data:`~bot.store.rq_layout.HELD_STATUS`), put it in its session's
         line and admit what fits, in one script (no process can die between them, and a
         spawn waits for one round trip). ``resumes``: the parked run a resume job (another
         id) continues; its slot is the run's. Returns the run ids admitted."""
-        fields = job.to_dict()  # what job.save() writes
-        if resumes:
-            fields["fanbot_run"] = resumes
         args = [*self._args(max_concurrent, cap), job.id, session_key]
-        for name, value in fields.items():
-            args += [name, value]
+        args += job_fields(job, resumes=resumes)
         admitted = self._submit(keys=[*self._keys(), job.key], args=args)
         return [as_text(i) for i in admitted]
 
@@ -335,12 +336,7 @@ class FairQueue:
     def withdraw(self, job_id: str) -> bool:
         """Take a job out of its line (its run was stopped before its turn): a run's own
         job (id = run id) or a parked run's resume job; True if it was in."""
-        args = [
-            job_id,
-            self.keys.run(""),
-            self.keys.fair_waiting(""),
-            Job.redis_job_namespace_prefix,
-        ]
+        args = [job_id, self.keys.run(""), self.keys.fair_waiting("")]
         return bool(self._withdraw(keys=[self.keys.fair_sessions], args=args))
 
     def holders(self) -> list[str]:

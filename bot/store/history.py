@@ -12,12 +12,13 @@ from typing import Any
 import redis
 
 from bot.keys import Keys
+from bot.store.owner import RedisOwner
 from bot.text.clip import clip
 
 Message = dict[str, Any]
 
 
-class HistoryStore:
+class HistoryStore(RedisOwner):
     """Append and read a session's recent messages.
 
     Args:
@@ -30,8 +31,7 @@ class HistoryStore:
     def __init__(
         self, *, redis: redis.Redis, keys: Keys, max_messages: int = 60, max_chars: int = 16_000
     ) -> None:
-        self.redis = redis
-        self.keys = keys
+        super().__init__(redis=redis, keys=keys)
         self.max_messages = max_messages
         self.max_chars = max_chars
 

@@ -1,10 +1,14 @@
 """The RQ side of fanbot: queues, the job wire contract, and every call into RQ's API.
 
-RQ is the executor, not the source of truth (the run hash is). Everything fanbot asks of RQ
-goes through :class:`Jobs`, using RQ's public API only: enqueue with a concurrency lane
+RQ is the executor, not the source of truth (the run hash is). What fanbot asks of RQ in
+the everyday goes through :class:`Jobs`, using RQ's API: enqueue with a concurrency lane
 (``RateLimit``), cancel, the stop command, job status, the started registry and the
-rate-limit registries. Jobs are enqueued by dotted name, so ``bot`` never imports
-``workers``; payloads are JSON (``JSONSerializer``), never pickles.
+rate-limit registries. Two things go beyond that API, and both are in
+:mod:`bot.store.rq_layout`, with each assumption about RQ's keys they make: a subagent job
+is saved *held* and enqueued by the fair line's Lua scripts (:mod:`bot.store.fair`), and
+the maintenance repair reads and mends RQ's state after a worker died. Jobs are enqueued by
+dotted name, so ``bot`` never imports ``workers``; payloads are JSON
+(``JSONSerializer``), never pickles.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
 from bot.keys import Keys
-from bot.store.fair import HELD_STATUS, FairQueue, line_order
+from bot.store.fair import FairQueue, line_order
+from bot.store.rq_layout import HELD_STATUS
 
 TURNS_QUEUE = "turns"
 SUBAGENTS_QUEUE = "subagents"

@@ -24,6 +24,7 @@ import redis
 
 from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import Lua, RedisOwner
 
 JOIN_TTL_SECONDS = 7 * 86_400
 """Join keys expire this long after opening (longer than any run may last)."""
@@ -128,7 +129,7 @@ class JoinRecord:
     fired_at: float | None = None
 
 
-class Joins:
+class Joins(RedisOwner):
     """Owner of the ``join:*`` keys, ``joins:open``, ``joins:ready`` and the sessions'
     ``joins`` sets (the finalize script in :mod:`bot.store.runs` fires joins too).
 
@@ -139,15 +140,15 @@ class Joins:
             fired it before the maintenance sweep may dispatch it instead.
     """
 
+    _open = Lua(_OPEN)
+    _seal = Lua(_SEAL)
+    _cancel = Lua(_CANCEL)
+    _start = Lua(_START)
+    _claim = Lua(_CLAIM)
+
     def __init__(self, *, redis: redis.Redis, keys: Keys, grace_seconds: float = 5.0) -> None:
-        self.redis = redis
-        self.keys = keys
+        super().__init__(redis=redis, keys=keys)
         self.grace_seconds = grace_seconds
-        self._open = redis.register_script(_OPEN)
-        self._seal = redis.register_script(_SEAL)
-        self._cancel = redis.register_script(_CANCEL)
-        self._start = redis.register_script(_START)
-        self._claim = redis.register_script(_CLAIM)
 
     def open(self, join_id: str, *, session_key: str, round_: int, origin: dict[str, Any]) -> bool:
         """Create the join (idempotent); True while it is open and runs may join it."""

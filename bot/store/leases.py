@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import redis
-
-from bot.keys import Keys
+from bot.store.owner import RedisOwner
 
 
-class Leases:
-    """Owner of the maintenance lease.
-
-    Args:
-        redis: Sync client.
-        keys: Key builder.
-    """
-
-    def __init__(self, *, redis: redis.Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.keys = keys
+class Leases(RedisOwner):
+    """Owner of the maintenance lease."""
 
     def take_maintenance(self, *, seconds: float) -> bool:
         """True if no other host swept within the last ``seconds`` (this one sweeps now)."""

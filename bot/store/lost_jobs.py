@@ -5,35 +5,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import cast
 
-from redis import Redis
-
-from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import RedisOwner
 
 
-class LostJobs:
-    """Owner of ``jobs:lost``: when each lost job was first seen, across sweeps and hosts.
-
-    Args:
-        redis: Sync client.
-        keys: Key builder.
-    """
-
-    def __init__(self, *, redis: Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.key = keys.lost_jobs
+class LostJobs(RedisOwner):
+    """Owner of ``jobs:lost``: when each lost job was first seen, across sweeps and hosts."""
 
     def since(self) -> dict[str, float]:
         """Job id -> first sighting."""
         pairs = cast(
-            "list[tuple[bytes, float]]", self.redis.zrange(self.key, 0, -1, withscores=True)
+            "list[tuple[bytes, float]]",
+            self.redis.zrange(self.keys.lost_jobs, 0, -1, withscores=True),
         )
         return {as_text(member): float(score) for member, score in pairs}
 
     def remember(self, first_seen: Mapping[str, float]) -> None:
         """Replace the record with the jobs still lost (the rest were found or repaired)."""
         with self.redis.pipeline() as pipe:
-            pipe.delete(self.key)
+            pipe.delete(self.keys.lost_jobs)
             if first_seen:
-                pipe.zadd(self.key, dict(first_seen))
+                pipe.zadd(self.keys.lost_jobs, dict(first_seen))
             pipe.execute()

@@ -7,10 +7,11 @@ sorted labels. Buckets are stored per bucket (not cumulative) under their upper 
 the reader can sum them into Prometheus' cumulative ``le`` buckets whatever bounds an
 older version wrote.
 
-Writers only *queue* commands on a pipeline they own (:meth:`MetricsStore.queue`); the
-queueing is the same on a sync and an async redis-py pipeline, so workers (sync) and the
-gateway (async) share this one owner without twins. :meth:`MetricsStore.read` is the one
-reader (sync: the exporter runs it in a thread at scrape time).
+Both writers only *queue* commands (:func:`queue`), the same on a sync and an async
+redis-py pipeline, so workers (:class:`MetricsStore`, sync, ``deps.metrics``) and the
+gateway (:class:`GatewayMetrics`, async) differ in one line: how they run the pipeline.
+:meth:`MetricsStore.read` is the one reader (sync: the exporter runs it in a thread at
+scrape time).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
 from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import AsyncRedisOwner, RedisOwner
 
 Labels = tuple[tuple[str, str], ...]
 """Sorted ``(name, value)`` pairs: a hashable label set."""
@@ -104,48 +104,53 @@ def _bound_text(bound: float) -> str:
     return "+Inf" if bound == math.inf else repr(float(bound))
 
 
-class MetricsStore:
-    """Owner of the ``metrics:*`` hashes.
+def queue(pipe: Any, keys: Keys, updates: Iterable[Update]) -> None:
+    """Queue ``updates`` on ``pipe`` (a sync or async pipeline; the caller executes it)."""
+    for update in updates:
+        if isinstance(update, Count):
+            _count(pipe, keys, update)
+        else:
+            _observe(pipe, keys, update)
 
-    Args:
-        keys: The key builder for this deployment's prefix.
-    """
 
-    def __init__(self, *, keys: Keys) -> None:
-        self.keys = keys
+def _count(pipe: Any, keys: Keys, update: Count) -> None:
+    name = series(update.name, update.labels)
+    if float(update.amount).is_integer():
+        pipe.hincrby(keys.metrics_counters, name, int(update.amount))
+    else:
+        pipe.hincrbyfloat(keys.metrics_counters, name, update.amount)
 
-    def queue(self, pipe: Any, updates: Iterable[Update]) -> None:
-        """Queue ``updates`` on ``pipe`` (a sync or async pipeline; the caller executes it)."""
-        for update in updates:
-            if isinstance(update, Count):
-                self._count(pipe, update)
-            else:
-                self._observe(pipe, update)
 
-    def write(self, client: redis.Redis, updates: Iterable[Update]) -> None:
-        """Apply ``updates`` in one round trip (sync callers)."""
-        with client.pipeline(transaction=False) as pipe:
-            self.queue(pipe, updates)
+def _observe(pipe: Any, keys: Keys, update: Observe) -> None:
+    base = series(update.name, update.labels) + _SEP
+    bound = _bound_text(bucket_of(update.value, update.bounds))
+    pipe.hincrby(keys.metrics_histograms, base + bound, 1)
+    pipe.hincrby(keys.metrics_histograms, base + "count", 1)
+    pipe.hincrbyfloat(keys.metrics_histograms, base + "sum", float(update.value))
+
+
+class GatewayMetrics(AsyncRedisOwner):
+    """The gateway's writer of the ``metrics:*`` hashes (its async client)."""
+
+    async def write(self, updates: Iterable[Update]) -> None:
+        """Apply ``updates`` in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            queue(pipe, self.keys, updates)
+            await pipe.execute()
+
+
+class MetricsStore(RedisOwner):
+    """Owner of the ``metrics:*`` hashes: the sync writer and the one reader."""
+
+    def write(self, updates: Iterable[Update]) -> None:
+        """Apply ``updates`` in one round trip."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            queue(pipe, self.keys, updates)
             pipe.execute()
 
-    def _count(self, pipe: Any, update: Count) -> None:
-        name = series(update.name, update.labels)
-        if float(update.amount).is_integer():
-            pipe.hincrby(self.keys.metrics_counters, name, int(update.amount))
-        else:
-            pipe.hincrbyfloat(self.keys.metrics_counters, name, update.amount)
-
-    def _observe(self, pipe: Any, update: Observe) -> None:
-        base = series(update.name, update.labels) + _SEP
-        bound = _bound_text(bucket_of(update.value, update.bounds))
-        key = self.keys.metrics_histograms
-        pipe.hincrby(key, base + bound, 1)
-        pipe.hincrby(key, base + "count", 1)
-        pipe.hincrbyfloat(key, base + "sum", float(update.value))
-
-    def read(self, client: redis.Redis) -> Snapshot:
+    def read(self) -> Snapshot:
         """Every series, in one round trip."""
-        with client.pipeline(transaction=False) as pipe:
+        with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.metrics_counters)
             pipe.hgetall(self.keys.metrics_histograms)
             counters, histograms = pipe.execute()

@@ -3,9 +3,10 @@
 Structures (keys in :mod:`bot.keys`): the ``outbox`` stream and its consumer group
 ``gateway``; per idempotency key the ``delivered`` marker, the ``sending`` lock and the
 ``parts`` hash (part index -> platform id of each part already posted); the ``outbox:dead``
-stream; each gateway's ``alive`` key. Writers (workers, ingress) only append to the stream
-(:func:`put_outbound`, sync); the gateway reads and settles entries through :class:`Outbox`
-(async, a client with ``decode_responses=True``).
+stream; each gateway's ``alive`` key. Writers (workers, ingress, commands) append to the
+stream through :class:`OutboxWriter` (sync, ``deps.outbox``), which also answers the few
+sync reads (a posted part's id, the backlog for metrics); the gateway reads and settles
+entries through :class:`Outbox` (async, a client with ``decode_responses=True``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from bot.keys import Keys
+from bot.store.owner import AsyncRedisOwner, Lua, RedisOwner
 from bot.types import Outbound
 
 GROUP = "gateway"
@@ -67,18 +68,6 @@ def encode(message: Outbound) -> dict[str, str]:
     return {"data": json.dumps(message.to_json())}
 
 
-def put_outbound(client: redis.Redis, keys: Keys, message: Outbound) -> str:
-    """Queue ``message`` for delivery; returns the stream entry id."""
-    entry = client.xadd(keys.outbox, encode(message))  # type: ignore[arg-type]
-    return entry.decode() if isinstance(entry, bytes) else str(entry)
-
-
-def posted_part(client: redis.Redis, keys: Keys, key: str, index: int = 0) -> str | None:
-    """The platform id of part ``index`` of the message sent under ``key``, once posted."""
-    raw = client.hget(keys.parts(key), str(index))
-    return None if raw is None else _text(raw)
-
-
 @dataclass(frozen=True, kw_only=True)
 class Backlog:
     """What the gateways have not settled yet (for metrics).
@@ -95,23 +84,41 @@ class Backlog:
 UNREAD_COUNT_CAP = 10_000  # Redis < 7 has no group lag: unread entries are counted up to this
 
 
-def backlog(client: redis.Redis, keys: Keys, *, now: float | None = None) -> Backlog:
-    """The outbox's backlog, read with a sync client (the metrics exporter's thread)."""
-    now = time.time() if now is None else now
-    try:
-        groups: Any = client.xinfo_groups(keys.outbox)
-    except redis.ResponseError:  # no stream yet
-        return Backlog(unacknowledged=0, oldest_seconds=0.0)
-    group = next((g for g in groups if _text(g.get("name")) == GROUP), None)
-    last = _text(group.get("last-delivered-id")) if group else "0-0"
-    summary: Any = client.xpending(keys.outbox, GROUP) if group else {"pending": 0}
-    unread: Any = client.xrange(keys.outbox, min=f"({last}", max="+", count=UNREAD_COUNT_CAP)
-    lag = group.get("lag") if group else None
-    count = int(summary["pending"]) + (int(lag) if lag is not None else len(unread))
-    firsts = [_text(summary["min"])] if summary["pending"] else []
-    firsts += [_text(unread[0][0])] if unread else []
-    oldest = min((entry_time(i) for i in firsts), default=now)
-    return Backlog(unacknowledged=count, oldest_seconds=max(0.0, now - oldest))
+class OutboxWriter(RedisOwner):
+    """The sync side of the outbox: queue messages, and the reads sync code needs."""
+
+    def put(self, message: Outbound, *, pipe: redis.client.Pipeline | None = None) -> str:
+        """Queue ``message`` for delivery; returns the stream entry id. With ``pipe`` the
+        write joins the caller's batch (and the id is ``""``: the batch has not run yet)."""
+        if pipe is not None:
+            pipe.xadd(self.keys.outbox, encode(message))  # type: ignore[arg-type]
+            return ""
+        entry = self.redis.xadd(self.keys.outbox, encode(message))  # type: ignore[arg-type]
+        return _text(entry)
+
+    def posted_part(self, key: str, index: int = 0) -> str | None:
+        """The platform id of part ``index`` of the message sent under ``key``, once posted."""
+        raw = self.redis.hget(self.keys.parts(key), str(index))
+        return None if raw is None else _text(raw)
+
+    def backlog(self, *, now: float | None = None) -> Backlog:
+        """The outbox's backlog (the metrics exporter's thread)."""
+        now = time.time() if now is None else now
+        outbox = self.keys.outbox
+        try:
+            groups: Any = self.redis.xinfo_groups(outbox)
+        except redis.ResponseError:  # no stream yet
+            return Backlog(unacknowledged=0, oldest_seconds=0.0)
+        group = next((g for g in groups if _text(g.get("name")) == GROUP), None)
+        last = _text(group.get("last-delivered-id")) if group else "0-0"
+        summary: Any = self.redis.xpending(outbox, GROUP) if group else {"pending": 0}
+        unread: Any = self.redis.xrange(outbox, min=f"({last}", max="+", count=UNREAD_COUNT_CAP)
+        lag = group.get("lag") if group else None
+        count = int(summary["pending"]) + (int(lag) if lag is not None else len(unread))
+        firsts = [_text(summary["min"])] if summary["pending"] else []
+        firsts += [_text(unread[0][0])] if unread else []
+        oldest = min((entry_time(i) for i in firsts), default=now)
+        return Backlog(unacknowledged=count, oldest_seconds=max(0.0, now - oldest))
 
 
 def _text(value: Any) -> str:
@@ -140,21 +147,13 @@ class Snapshot:
     parts: dict[int, str] = field(default_factory=dict)
 
 
-class Outbox:
-    """The gateway's view of the outbox.
+class Outbox(AsyncRedisOwner):
+    """The gateway's view of the outbox (async, reads and settles entries)."""
 
-    Args:
-        redis: Async client with ``decode_responses=True``.
-        keys: Key builder.
-    """
-
-    def __init__(self, *, redis: aioredis.Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.keys = keys
-        self._acquire = redis.register_script(_ACQUIRE)
-        self._delete_if_equal = redis.register_script(_DELETE_IF_EQUAL)
-        self._observe = redis.register_script(_OBSERVE)
-        self._delivered = redis.register_script(_DELIVERED)
+    _acquire = Lua(_ACQUIRE)
+    _delete_if_equal = Lua(_DELETE_IF_EQUAL)
+    _observe = Lua(_OBSERVE)
+    _delivered = Lua(_DELIVERED)
 
     # -- the stream and its group -----------------------------------------------------------
 

@@ -1,9 +1,9 @@
 """The progress stream and the status message of each run, in one owner.
 
-Workers append progress events (:func:`put_progress`, sync) to a capped stream, so a flood
-never delays an announce; the gateway reads them from "now" and keeps, per run, the
-platform id of the status message it edits (:class:`ProgressStore`, async), so a restarted
-gateway edits the same message instead of posting a new one.
+Workers append progress events (:class:`ProgressWriter`, sync, ``deps.progress``) to a
+capped stream, so a flood never delays an announce; the gateway reads them from "now" and
+keeps, per run, the platform id of the status message it edits (:class:`ProgressStore`,
+async), so a restarted gateway edits the same message instead of posting a new one.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 from redis.typing import EncodableT, FieldT
 
-from bot.keys import Keys
+from bot.store.owner import AsyncRedisOwner, RedisOwner
 from bot.types import ThreadRef
 
 PROGRESS_MAXLEN = 10_000
@@ -31,7 +30,7 @@ local function put_progress(stream, maxlen, run_id, thread, text, ts)
     'thread', thread, 'text', text, 'final', '', 'ts', ts)
 end
 """
-"""A Lua function writing a plain step event as :func:`put_progress` does (for scripts that
+"""A Lua function writing a plain step event as :meth:`ProgressWriter.put` does (for scripts that
 put one beside their own writes; ``thread`` as the run hash keeps it: the same JSON)."""
 
 
@@ -61,8 +60,17 @@ class ProgressEvent:
     note: str = ""
 
 
-def put_progress(client: redis.Redis, keys: Keys, event: ProgressEvent) -> None:
-    """Append a progress event to its capped stream (a flood never delays announces)."""
+class ProgressWriter(RedisOwner):
+    """The workers' side: append events to the capped stream."""
+
+    def put(self, event: ProgressEvent, *, pipe: redis.client.Pipeline | None = None) -> None:
+        """Append ``event`` (a flood never delays announces); with ``pipe`` the write joins
+        the caller's batch."""
+        target = self.redis if pipe is None else pipe  # an empty pipeline is falsy
+        target.xadd(self.keys.progress, _fields(event), maxlen=PROGRESS_MAXLEN, approximate=True)
+
+
+def _fields(event: ProgressEvent) -> dict[FieldT, EncodableT]:
     fields: dict[FieldT, EncodableT] = {
         "run_id": event.run_id,
         "thread": json.dumps(event.thread.to_json()),
@@ -78,7 +86,7 @@ def put_progress(client: redis.Redis, keys: Keys, event: ProgressEvent) -> None:
         fields["quiet"] = "1"
     if event.note:
         fields["note"] = event.note
-    client.xadd(keys.progress, fields, maxlen=PROGRESS_MAXLEN, approximate=True)
+    return fields
 
 
 def decode(fields: Mapping[str, str]) -> ProgressEvent | None:
@@ -113,17 +121,8 @@ def _seconds(raw: str | None) -> float | None:
     return value if value is not None and 0 <= value < math.inf else None
 
 
-class ProgressStore:
-    """The gateway's side: read events, remember status message ids.
-
-    Args:
-        redis: Async client with ``decode_responses=True``.
-        keys: Key builder.
-    """
-
-    def __init__(self, *, redis: aioredis.Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.keys = keys
+class ProgressStore(AsyncRedisOwner):
+    """The gateway's side: read events, remember status message ids."""
 
     async def read(self, after: str, *, count: int = 200) -> list[tuple[str, ProgressEvent | None]]:
         """Events after stream id ``after`` (``"$"``: from now), blocking up to 1 s."""

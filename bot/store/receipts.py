@@ -14,10 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
-from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import Lua, RedisOwner
 from bot.types import ThreadRef
 
 RECEIPT_TTL = 7 * 86_400
@@ -67,18 +65,10 @@ class Receipt:
     follow_up: str = ""
 
 
-class Receipts:
-    """Owner of the receipt hashes.
+class Receipts(RedisOwner):
+    """Owner of the receipt hashes."""
 
-    Args:
-        redis: Sync client.
-        keys: Key builder.
-    """
-
-    def __init__(self, *, redis: redis.Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.keys = keys
-        self._settle = redis.register_script(_SETTLE)
+    _settle = Lua(_SETTLE)
 
     def create(self, receipt: Receipt) -> None:
         key = self.keys.receipt(receipt.receipt_id)

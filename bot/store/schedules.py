@@ -17,10 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
-from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import Lua, RedisOwner
 from bot.types import ThreadRef
 
 # KEYS: the schedule hash, the zset. ARGV: id, the next_at read, the new next_at, now, the
@@ -153,20 +151,12 @@ def _decode(raw: Mapping[Any, Any]) -> Schedule | None:
         return None
 
 
-class ScheduleStore:
-    """Owner of the schedules.
+class ScheduleStore(RedisOwner):
+    """Owner of the schedules."""
 
-    Args:
-        redis: Sync client.
-        keys: Key builder.
-    """
-
-    def __init__(self, *, redis: redis.Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.keys = keys
-        self._claim = redis.register_script(_CLAIM)
-        self._retake = redis.register_script(_RETAKE)
-        self._done = redis.register_script(_DONE)
+    _claim = Lua(_CLAIM)
+    _retake = Lua(_RETAKE)
+    _done = Lua(_DONE)
 
     def add(
         self,

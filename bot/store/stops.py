@@ -9,26 +9,15 @@ from __future__ import annotations
 
 import time
 
-import redis
-
-from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import RedisOwner
 
 TURN_MEMBER = "turn:"
 """``stops:pending`` members with this prefix name a turn job; the others are run ids."""
 
 
-class Stops:
-    """Owner of ``stops:pending`` and the sessions' ``turn_stop`` flags.
-
-    Args:
-        redis: Sync client.
-        keys: Key builder.
-    """
-
-    def __init__(self, *, redis: redis.Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.keys = keys
+class Stops(RedisOwner):
+    """Owner of ``stops:pending`` and the sessions' ``turn_stop`` flags."""
 
     def recheck_run(self, run_id: str, *, at: float) -> None:
         self.redis.zadd(self.keys.stops_pending, {run_id: at})

@@ -1,6 +1,6 @@
 """Thread bindings: which run owns a thread of its own (a thread-bound child), both ways.
 
-Structures, owned here only: ``thread_bind:run:<run id>`` holds the binding as JSON
+Structures (keys in :mod:`bot.keys`): ``thread_bind:run:<run id>`` holds the binding as JSON
 (parent thread, child thread, link, title, or ``pending`` while the gateway has not opened
 the thread yet); ``thread_bind:thread:<platform>|<account>|<chat>|<thread>`` holds the
 run id. Both live ``ttl`` seconds (the runs' retention); :meth:`ThreadBindings.unbind`
@@ -19,6 +19,7 @@ import redis
 
 from bot.keys import Keys
 from bot.store import as_text
+from bot.store.owner import RedisOwner
 from bot.types import ThreadRef
 
 
@@ -85,18 +86,24 @@ def thread_id(thread: ThreadRef) -> str:
     return f"{thread.platform}|{thread.account}|{thread.chat}|{thread.thread or ''}"
 
 
-class ThreadBindings:
-    """Reads and writes thread bindings (sync; the gateway calls it from a worker thread)."""
+class ThreadBindings(RedisOwner):
+    """Reads and writes thread bindings (sync; the gateway calls it from a worker thread).
+
+    Args:
+        redis: Sync client.
+        keys: Key builder.
+        ttl: Seconds a binding lives (the runs' retention).
+    """
 
     def __init__(self, *, redis: redis.Redis, keys: Keys, ttl: int = 30 * 86_400) -> None:
-        self.redis, self.ttl = redis, ttl
-        self._prefix = f"{keys.prefix}thread_bind:"
+        super().__init__(redis=redis, keys=keys)
+        self.ttl = ttl
 
     def _run_key(self, run_id: str) -> str:
-        return f"{self._prefix}run:{run_id}"
+        return self.keys.thread_bind_run(run_id)
 
     def _thread_key(self, thread: ThreadRef) -> str:
-        return f"{self._prefix}thread:{thread_id(thread)}"
+        return self.keys.thread_bind_thread(thread_id(thread))
 
     def request(self, binding: Binding) -> None:
         """Note that ``binding.run_id`` waits for its thread (kept if one exists already)."""

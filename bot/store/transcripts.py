@@ -15,6 +15,7 @@ import redis
 
 from bot.keys import Keys, glob_escape
 from bot.store import as_text
+from bot.store.owner import Lua, RedisOwner
 from bot.text.clip import clip
 
 _BEGIN = """
@@ -26,14 +27,14 @@ return {}
 """
 
 
-class TranscriptStore:
+class TranscriptStore(RedisOwner):
     """Append to and read transcripts; archive renames them with a ``.deleted.<ts>`` suffix."""
 
+    _begin = Lua(_BEGIN)
+
     def __init__(self, *, redis: redis.Redis, keys: Keys, max_chars: int = 100_000) -> None:
-        self.redis = redis
-        self.keys = keys
+        super().__init__(redis=redis, keys=keys)
         self.max_chars = max_chars
-        self._begin = redis.register_script(_BEGIN)
 
     def begin(self, session_id: str, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Start a new transcript with ``messages``, or return the one there already (a

@@ -31,6 +31,7 @@ import redis
 from bot.errors import ToolError
 from bot.keys import Keys, glob_escape
 from bot.store import as_text
+from bot.store.owner import Lua, RedisOwner
 from bot.text import units
 
 MAX_PATH_BYTES = 1024
@@ -187,7 +188,7 @@ class Limits:
     ttl_seconds: float = 7 * 86_400
 
 
-class Workspace:
+class Workspace(RedisOwner):
     """Owner of the ``workspace:{sessionKey}`` hashes.
 
     Args:
@@ -196,13 +197,13 @@ class Workspace:
         limits: Budgets and retention, the same for every session.
     """
 
+    _put = Lua(_PUT)
+    _delete = Lua(_DELETE)
+    _hashes = Lua(_HASHES)
+
     def __init__(self, *, redis: redis.Redis, keys: Keys, limits: Limits) -> None:
-        self.redis = redis
-        self.keys = keys
+        super().__init__(redis=redis, keys=keys)
         self.limits = limits
-        self._put = redis.register_script(_PUT)
-        self._delete = redis.register_script(_DELETE)
-        self._hashes = redis.register_script(_HASHES)
 
     def put_bytes(
         self, session: str, path: str, data: bytes, *, create: bool = False, replaces: str = ""

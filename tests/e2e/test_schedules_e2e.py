@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterator
 
 from bot.deps import Deps
-from bot.runs.recurring import schedule_store
 from bot.sessions import requester_session_key
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI
@@ -103,10 +102,10 @@ async def test_a_schedule_fires_once_per_tick_with_three_workers_and_once_after_
                 await stack.wait_for(lambda: bool(deps.redis.exists(deps.keys.reaper_lock)), timeout=30)  # fmt: skip
                 await channel.say("/subagents every 3s ping the build", thread=thread, user="alice")
                 await stack.wait_for(lambda: len(runs(deps, thread)) >= 4, timeout=30)
-                (schedule,) = schedule_store(deps).all()
+                (schedule,) = deps.schedules.all()
                 await asyncio.to_thread(lambda: [p.stop() for p in launchers])
                 on_time = runs(deps, thread)
-                fired = schedule_store(deps).all()[0].fired
+                fired = deps.schedules.all()[0].fired
 
                 await asyncio.sleep(8)  # all workers down: two or three ticks pass unfired
                 assert len(runs(deps, thread)) == len(on_time)

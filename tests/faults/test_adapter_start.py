@@ -16,7 +16,6 @@ import pytest
 
 from bot.cli.wiring import build_adapters
 from bot.config import Settings
-from bot.store.outbox import put_outbound
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_slack import FakeSlack
 from bot.testing.fake_telegram import FakeTelegram, forum
@@ -82,7 +81,7 @@ async def test_telegram_down_at_start_slack_serves_then_telegram_joins(
             )
             early = Outbound(thread=topic, text="written while Telegram was down",
                              kind=OutboundKind.ANNOUNCE, idempotency_key="announce:early")  # fmt: skip
-            put_outbound(deps.redis, deps.keys, early)
+            deps.outbox.put(early)
             await stack.wait_for(lambda: deps.redis.xlen(deps.keys.outbox) >= 1, timeout=5)
 
             await tg.resume()

@@ -22,8 +22,8 @@ import pytest
 import redis
 
 from bot.keys import Keys
+from bot.store.outbox import OutboxWriter
 from bot.store.runs import RunsRegistry
-from bot.store.streams import put_outbound
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_slack import FakeSlack
 from bot.testing.fake_telegram import FakeTelegram, forum
@@ -66,7 +66,7 @@ class Env:
         message = Outbound(
             thread=thread, text=text, kind=OutboundKind.ANNOUNCE, idempotency_key=f"t:{text}"
         )
-        return put_outbound(self.client, Keys(), message)
+        return OutboxWriter(redis=self.client, keys=Keys()).put(message)
 
     def posted(self, topic: int | None = None) -> list[str]:
         return [m.text for m in self.tg.messages if topic is None or m.message_thread_id == topic]
@@ -170,7 +170,7 @@ class SlackEnv:
         message = Outbound(
             thread=where, text=text, kind=OutboundKind.ANNOUNCE, idempotency_key=f"s:{text[:40]}"
         )
-        return put_outbound(self.client, Keys(), message)
+        return OutboxWriter(redis=self.client, keys=Keys()).put(message)
 
     def posted(self, thread_ts: str | None = SLACK_THREAD) -> list[str]:
         return [m.text for m in self.slack.thread(SLACK_CHANNEL, thread_ts)]

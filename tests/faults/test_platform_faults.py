@@ -30,6 +30,7 @@ from adapters.telegram import build as build_telegram
 from bot.cli.doctor import Check, check_dead_letters
 from bot.config import Settings
 from bot.keys import Keys
+from bot.store.dead_letters import DeadLetters
 from bot.store.runs import RunsRegistry
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_slack import FakeSlack
@@ -442,7 +443,7 @@ async def test_beyond_the_budget_dead_letter_error_log_and_doctor(
         assert env.dead_letters() == []
         env.assert_exactly_once_in_order(announces=2)
         with redis.Redis.from_url(env.values["redis_url"]) as client:
-            assert check_dead_letters(client, env.keys) == Check(
+            assert check_dead_letters(DeadLetters(redis=client, keys=env.keys)) == Check(
                 name="dead letters", ok=True, detail="none"
             )
         env.assert_no_secret_logged()

@@ -21,7 +21,7 @@ from bot.gateway.runtime import async_client
 from bot.keys import Keys
 from bot.ports import PartLog
 from bot.redis.server import RedisServer
-from bot.store.outbox import put_outbound
+from bot.store.outbox import OutboxWriter
 from bot.store.runs import RunsRegistry
 from bot.supervise.aio import cancel_all
 from bot.testing.channel import MemoryChannel
@@ -149,6 +149,7 @@ def put(url: str, text: str) -> None:
     client = redis.Redis.from_url(url)
     try:
         thread = ThreadRef(platform="console", account="local", chat="c", thread="t")
-        put_outbound(client, Keys(), Outbound(thread=thread, text=text, idempotency_key=text))
+        outbox = OutboxWriter(redis=client, keys=Keys())
+        outbox.put(Outbound(thread=thread, text=text, idempotency_key=text))
     finally:
         client.close()

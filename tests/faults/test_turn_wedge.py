@@ -48,7 +48,7 @@ from bot.testing.scripted import ChatRequest, Reply, Text
 from bot.testing.stack import Stack, WorkerPool
 from bot.types import ThreadRef
 from tests.e2e.conftest import stack_values
-from workers.repair import repair_jobs, requeue_lost
+from workers.repair import repair_jobs
 
 GRACE = 10.0
 RAN = "test:ran"
@@ -163,7 +163,7 @@ def test_a_job_that_started_meanwhile_is_not_requeued(deps: Deps) -> None:
     job = enqueue(conn, "only")
     lost_popped(conn, job)
     job.set_status(JobStatus.STARTED)
-    assert requeue_lost(conn, job.id) is False
+    assert deps.rq.requeue_lost(job.id) is False
     assert queue(conn).get_job_ids() == []
 
 

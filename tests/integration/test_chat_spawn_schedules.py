@@ -16,7 +16,6 @@ from bot.runs.recurring import (
     NewSchedule,
     add_schedule,
     fire_due,
-    schedule_store,
     tick_run_id,
 )
 from bot.runs.schedule_spec import Every
@@ -77,7 +76,7 @@ def test_spawn_refusals_start_nothing(deps: Deps, text: str, expected: str) -> N
 def test_schedules_are_admin_only_by_default(deps: Deps) -> None:
     answer = command(deps, "/subagents every 2h check the build", user="U1")
     assert answer.startswith("I can't make that schedule: only an admin may manage schedules")
-    assert schedule_store(deps).all() == []
+    assert deps.schedules.all() == []
 
 
 def test_an_admin_schedules_lists_and_unschedules_in_the_thread(deps: Deps) -> None:
@@ -97,7 +96,7 @@ def test_an_admin_schedules_lists_and_unschedules_in_the_thread(deps: Deps) -> N
     assert "No schedule `2` in this thread" in command(deps, "/subagents unschedule 2", thread=OTHER)  # fmt: skip
     removed = command(deps, "/subagents unschedule #1", user="UADMIN")
     assert removed == "🗑️ Removed schedule #1 (every 2h): check the build"
-    assert [s.schedule_id for s in schedule_store(deps).all()] == ["2"]
+    assert [s.schedule_id for s in deps.schedules.all()] == ["2"]
 
 
 def test_with_who_anyone_people_remove_only_their_own(redis_url: str) -> None:
@@ -202,13 +201,13 @@ def test_missed_ticks_fire_once_and_say_late(deps: Deps) -> None:
     assert run.warnings == (
         "schedule #1 fired 2h late: workers were down (120 more ticks passed meanwhile; it ran once)",
     )
-    (schedule,) = schedule_store(deps).all()
+    (schedule,) = deps.schedules.all()
     assert schedule.fired == 1 and schedule.next_time == 8320.0 and schedule.last_run_id == run_id
 
 
 def test_a_firing_whose_process_died_before_the_run_starts_it_once_later(deps: Deps) -> None:
     _add(deps, seconds=600, now=1000.0)
-    store = schedule_store(deps)
+    store = deps.schedules
     (due,) = store.due(now=1601.0)
     assert store.claim(due, next_at=2200.0, now=1601.0)  # ... and the sweeper dies here
     assert fire_due(deps, now=1602.0) == []  # too soon to call it dead
@@ -222,7 +221,7 @@ def test_a_firing_whose_process_died_before_the_run_starts_it_once_later(deps: D
 
 def test_a_firing_that_died_after_recording_its_run_is_not_run_twice(deps: Deps) -> None:
     _add(deps, seconds=600, now=1000.0)
-    store = schedule_store(deps)
+    store = deps.schedules
     (due,) = store.due(now=1601.0)
     assert store.claim(due, next_at=2200.0, now=1601.0)
     run_id = tick_run_id(due.schedule_id, due.next_at)
@@ -243,7 +242,7 @@ def test_a_firing_that_died_after_recording_its_run_is_not_run_twice(deps: Deps)
 def test_a_normal_firing_leaves_nothing_pending(deps: Deps) -> None:
     _add(deps, seconds=600, now=1000.0)
     (run_id,) = fire_due(deps, now=1601.0)
-    (schedule,) = schedule_store(deps).all()
+    (schedule,) = deps.schedules.all()
     assert schedule.pending == "" and schedule.last_run_id == run_id
     assert fire_due(deps, now=1601.0 + UNFINISHED_AFTER_SECONDS) == []
 
@@ -271,7 +270,7 @@ def test_operator_cli_adds_lists_and_removes(redis_url: str, deps: Deps) -> None
     assert listed.exit_code == 0, listed.output
     assert listed.output.startswith("#1    cron `0 9 * * 1-5` (UTC)")
     assert "telegram:B:-100:7  telegram:operator  explore: digest" in listed.output
-    (made,) = schedule_store(deps).all()
+    (made,) = deps.schedules.all()
     assert made.session_key == "agent:main:telegram:-100:topic:7"
 
     assert runner.invoke(app, ["schedules", "remove", "1"], env=env(redis_url)).exit_code == 0

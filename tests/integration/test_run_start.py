@@ -25,7 +25,6 @@ from bot.runs.finalize import finalize_run
 from bot.runs.outfiles import SNAPSHOT_FIELD, announce_files
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.steps import LoopControl, LoopResult, Meter
-from bot.store.metrics import MetricsStore
 from bot.store.progress import decode
 from bot.types import RunRecord, RunStatus, ThreadRef
 
@@ -201,7 +200,7 @@ def test_the_queue_wait_is_recorded_with_the_first_metrics_or_at_the_end(deps: D
     record = make_run(deps)
 
     def waits() -> float:
-        snap = MetricsStore(keys=deps.keys).read(deps.redis)
+        snap = deps.metrics.read()
         found = [h.count for (name, _), h in snap.histograms.items() if "queue_wait" in name]
         return sum(found)
 

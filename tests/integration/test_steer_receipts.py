@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 
 from bot.deps import Deps
 from bot.runs.finalize import finalize_run
-from bot.runs.steer_receipts import read_inbox, receipts_of
+from bot.runs.steer_receipts import read_inbox
 from bot.store.receipts import ReceiptState
 from bot.testing import MemoryChannel
 from bot.types import Outbound, RunStatus, ThreadRef
@@ -93,7 +93,7 @@ def test_a_channel_level_send_gets_a_new_ephemeral_message(deps: Deps) -> None:
     assert reply["ephemeral_to"] == "U1" and update["ephemeral_to"] == "U1"
     assert "replaces" not in update and update["text"].startswith("✅ Delivered")
     receipt_id = update["idempotency_key"].split(":")[1]
-    got = receipts_of(deps).get(receipt_id)
+    got = deps.receipts.get(receipt_id)
     assert got is not None and got.state is ReceiptState.DELIVERED
 
 

@@ -18,7 +18,6 @@ from bot.gateway.thread_opener import ThreadOpenings
 from bot.ports import OpenedThread, OutboundChannel
 from bot.runs.finalize import finalize_run
 from bot.runs.thread_children import (
-    bindings,
     copy_to_parent,
     open_key,
     parent_announce,
@@ -64,7 +63,7 @@ def test_sessions_spawn_with_thread_asks_the_gateway_and_waits_pending(deps: Dep
     ask = by_key(deps, open_key(record.run_id))
     assert ask["kind"] == "open_thread" and ask["text"] == "#1 general-purpose: map the repo"
     assert ask["thread"] == THREAD.to_json()
-    binding = bindings(deps).for_run(record.run_id)
+    binding = deps.thread_bindings.for_run(record.run_id)
     assert binding is not None and binding.state == BindState.PENDING
     assert deps.jobs.exists(record.job_id)  # the run does not wait for its thread
 
@@ -75,7 +74,7 @@ def test_opened_binds_both_ways_moves_the_run_and_is_idempotent(deps: Deps) -> N
     again = thread_opened(deps, record.run_id, thread=None, note="late duplicate")
     assert first is not None and first.state == BindState.BOUND
     assert again == first  # a redelivered request changes nothing
-    assert bindings(deps).for_thread(CHILD) == record.run_id
+    assert deps.thread_bindings.for_thread(CHILD) == record.run_id
     moved = deps.runs.get(record.run_id)
     assert moved is not None and moved.thread == CHILD
     intro = by_key(deps, f"thread-intro:{record.run_id}")
@@ -149,7 +148,7 @@ def test_messages_in_the_bound_thread_steer_then_follow_up_then_close(deps: Deps
     assert refused.job_id is None and "belongs to subagent #1" in outbox(deps)[-1]["text"]
     closed = command(deps, "/subagents close 1", thread=CHILD)
     assert closed.startswith("🧵 Closed the thread of subagent #1")
-    assert bindings(deps).for_thread(CHILD) is None
+    assert deps.thread_bindings.for_thread(CHILD) is None
     assert command(deps, "/subagents close 1").startswith("Subagent #1 has no thread")
 
 
@@ -186,7 +185,7 @@ async def test_a_gateway_opens_a_request_written_while_it_was_down_once(deps: De
     assert await openings.open(cast("OutboundChannel", adapter), ask) == ["9.0"]
     assert await openings.open(cast("OutboundChannel", adapter), ask) == ["9.0"]  # redelivered
     assert adapter.opened == 1
-    assert bindings(deps).for_thread(CHILD) == record.run_id
+    assert deps.thread_bindings.for_thread(CHILD) == record.run_id
 
 
 async def test_a_refusal_settles_unavailable_and_a_transient_failure_retries(deps: Deps) -> None:
@@ -195,10 +194,10 @@ async def test_a_refusal_settles_unavailable_and_a_transient_failure_retries(dep
     flaky = cast("OutboundChannel", Opener(DeliveryError("telegram: 502", retry_after=1.0)))
     with pytest.raises(DeliveryError):
         await openings.open(flaky, ask_of(deps, record))
-    binding = bindings(deps).for_run(record.run_id)
+    binding = deps.thread_bindings.for_run(record.run_id)
     assert binding is not None and binding.state == BindState.PENDING
     refused = cast("OutboundChannel", Opener(DeliveryError("not a forum", permanent=True)))
     assert await openings.open(refused, ask_of(deps, record)) == ["unavailable"]
-    binding = bindings(deps).for_run(record.run_id)
+    binding = deps.thread_bindings.for_run(record.run_id)
     assert binding is not None and binding.state == BindState.UNAVAILABLE
     assert "not a forum" in by_key(deps, f"thread-note:{record.run_id}")["text"]

@@ -57,12 +57,10 @@ def test_cumulative_buckets_end_at_inf() -> None:
 
 
 def test_the_store_counts_and_observes_in_redis(rconn: redis.Redis) -> None:
-    store = MetricsStore(keys=Keys(prefix="t:"))
-    store.write(rconn, [Count("c", {"k": "v"}), Count("c", {"k": "v"}, 2), Count("f", {}, 0.25)])
-    store.write(
-        rconn, [Observe("h", {"q": "a"}, 0.3, (0.1, 1.0)), Observe("h", {"q": "a"}, 7, (1.0,))]
-    )
-    snap = store.read(rconn)
+    store = MetricsStore(redis=rconn, keys=Keys(prefix="t:"))
+    store.write([Count("c", {"k": "v"}), Count("c", {"k": "v"}, 2), Count("f", {}, 0.25)])
+    store.write([Observe("h", {"q": "a"}, 0.3, (0.1, 1.0)), Observe("h", {"q": "a"}, 7, (1.0,))])
+    snap = store.read()
     assert snap.counters == {("c", (("k", "v"),)): 3.0, ("f", ()): 0.25}
     hist = snap.histograms[("h", (("q", "a"),))]
     assert (hist.count, hist.sum) == (2, pytest.approx(7.3))

@@ -28,7 +28,7 @@ from bot.runs.naming import run_title
 from bot.runs.progress_lines import tally
 from bot.runs.stop import stop_run
 from bot.steps import LoopControl, LoopResult, Meter
-from bot.store.progress import ProgressEvent, ProgressStore, decode, put_progress
+from bot.store.progress import ProgressEvent, ProgressStore, decode
 from bot.testing import MemoryChannel
 from bot.text.units import duration
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus, ThreadRef
@@ -125,8 +125,8 @@ def test_card_title_carries_the_type_tag(deps: Deps) -> None:
 
 def test_an_event_round_trips_through_the_stream_and_tolerates_bad_numbers(deps: Deps) -> None:
     event = ProgressEvent(run_id="r", thread=THREAD, text="x", tools=3, elapsed=1.25, quiet=True)
-    put_progress(deps.redis, deps.keys, event)
-    put_progress(deps.redis, deps.keys, ProgressEvent(run_id="r", thread=THREAD, text="y"))
+    deps.progress.put(event)
+    deps.progress.put(ProgressEvent(run_id="r", thread=THREAD, text="y"))
     assert events(deps) == [event, ProgressEvent(run_id="r", thread=THREAD, text="y")]
     fields = {"run_id": "r", "thread": '{"platform": "console", "account": "a", "chat": "c"}'}
     odd = decode({**fields, "tools": "-1", "elapsed": "nan"})

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from bot.deps import Deps
-from bot.store.dead_letters import DeadLetter, DeadLetters
+from bot.store.dead_letters import DeadLetter
 from bot.store.jobs import QueueOverview, WorkerInfo
 from bot.types import RunRecord
 
@@ -40,7 +40,7 @@ class Snapshot:
 def take(deps: Deps, *, recent_seconds: float, now: float | None = None) -> Snapshot:
     """Read a :class:`Snapshot` through the stores (blocking Redis calls)."""
     now = time.time() if now is None else now
-    dead = DeadLetters(redis=deps.redis, keys=deps.keys)
+    dead = deps.dead_letters
     return Snapshot(
         now=now,
         runs=tuple(_runs(deps, since=now - recent_seconds)),
@@ -61,7 +61,7 @@ def _runs(deps: Deps, *, since: float) -> list[RunRecord]:
 
 def replay(deps: Deps, entry_id: str | None) -> tuple[int, int]:
     """Replay one dead letter (``entry_id``) or all (None): ``(replayed, not replayed)``."""
-    dead = DeadLetters(redis=deps.redis, keys=deps.keys)
+    dead = deps.dead_letters
     if entry_id is None:
         return dead.replay()
     done = dead.replay_one(entry_id)

@@ -36,7 +36,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from aiohttp import ClientSession, web
@@ -232,10 +231,7 @@ class FakeTelegram:
         await self.start()
         return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    async def __aexit__(self, *_exc: object) -> None:
         await self.stop()
 
     @property

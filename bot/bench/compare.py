@@ -36,6 +36,7 @@ from rq.serializers import JSONSerializer
 from bot.agent.context import ToolContext
 from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.bench import bare
+from bot.bench.bench_stack import stack_problem, telegram_bench_values
 from bot.bench.compare_report import CompareResult
 from bot.bench.stats import percentile
 from bot.config import Settings
@@ -172,7 +173,14 @@ async def run_compare(config: CompareConfig) -> CompareResult:
 async def _with_processes(
     config: CompareConfig, url: str, fake: FakeOpenAI, model: CompareModel, tg: FakeTelegram
 ) -> _Env:
-    values = _values(config, url, fake.base_url, tg)
+    values = telegram_bench_values(
+        redis_url=url,
+        model_url=fake.base_url,
+        tg=tg,
+        log_dir=config.log_dir,
+        log_level="WARNING",
+        subagents={"max_concurrent": config.workers},
+    )
     env = hermetic_env(values)
     deps = Deps.build(Settings(**values))
     log_dir = config.log_dir
@@ -198,24 +206,6 @@ async def _with_processes(
         await asyncio.to_thread(bench.bare.stop)
         deps.close()
     return bench
-
-
-def _values(config: CompareConfig, url: str, model_url: str, tg: FakeTelegram) -> dict[str, Any]:
-    return {
-        "redis_url": url,
-        "key_prefix": "fanbot:",
-        "agent_id": "main",
-        "state_dir": str(config.log_dir / "state"),
-        "log_level": "WARNING",
-        "openai": {"base_url": model_url, "model": "fake-model", "models": ["fake-model"]},
-        "subagents": {"max_concurrent": config.workers},
-        "telegram": {
-            "bot_token": tg.token,
-            "api_url": tg.api_url,
-            "file_url": tg.file_url,
-            "poll_timeout_seconds": 1,
-        },
-    }
 
 
 def _all_phases(bench: _Env) -> None:
@@ -260,13 +250,9 @@ def _until(bench: _Env, check: Callable[[], bool], *, timeout: float, what: str)
 
 
 def _require_alive(bench: _Env) -> None:
-    if bench.config.stopping is not None and bench.config.stopping.is_set():
-        raise CompareError("interrupted; its processes are stopped")
-    if bench.gateway.returncode() is not None:
-        raise CompareError(f"the gateway exited:\n{bench.gateway.log()[-3000:]}")
-    launcher = bench.pool.launcher
-    if launcher is None or launcher.poll() is not None:
-        raise CompareError(f"the worker launcher exited; see {bench.pool.log_path}")
+    problem = stack_problem(stopping=bench.config.stopping, gateway=bench.gateway, pool=bench.pool)
+    if problem is not None:
+        raise CompareError(problem)
 
 
 def _ready(bench: _Env) -> bool:

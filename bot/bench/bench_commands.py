@@ -17,14 +17,13 @@ from typing import Annotated
 
 import typer
 
+from bot.cli.command_group import command_group
 from bot.errors import FanbotError
 from bot.supervise.signals import stop_on_signal
 
-app = typer.Typer(
+app = command_group(
     name="bench",
     help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare RQ).",
-    no_args_is_help=True,
-    add_completion=False,
 )
 
 

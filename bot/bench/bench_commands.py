@@ -17,13 +17,14 @@ from typing import Annotated
 
 import typer
 
-from bot.cli.command_group import command_group
 from bot.errors import FanbotError
 from bot.supervise.signals import stop_on_signal
 
-app = command_group(
+app = typer.Typer(
     name="bench",
     help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare RQ).",
+    no_args_is_help=True,
+    add_completion=False,
 )
 
 

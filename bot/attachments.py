@@ -1,9 +1,10 @@
 """Files in and out of the thread: the pure rules the adapters and the gateway share.
 
 In: an adapter lists the files of a message as :class:`FileRef` (pure, in its
-``convert``), asks :func:`select` which to download (the rest become skipped
-:class:`~bot.types.Attachment` with a reason), downloads those with its platform's I/O and
-checks each with :func:`downloaded`. The gateway saves them into the session workspace
+``convert``) and hands them to :func:`download_selected` with its platform's download of
+one file: :func:`select` decides which to download (the rest become skipped
+:class:`~bot.types.Attachment` with a reason), and the adapter checks each download with
+:func:`downloaded`. The gateway saves them into the session workspace
 (:mod:`bot.gateway.inbox`) and names them in the turn's text (:func:`turn_line`).
 
 Out: :func:`out_files` picks, from the ``out/`` files a run changed, those that fit the
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import mimetypes
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bot.config import AttachmentSettings
 from bot.text import units
 from bot.types import Attachment
 
@@ -58,6 +60,19 @@ def select(
         else:
             fetch.append(ref)
     return fetch, skipped
+
+
+async def download_selected(
+    refs: Sequence[FileRef],
+    *,
+    limits: AttachmentSettings,
+    download: Callable[[FileRef], Awaitable[Attachment]],
+) -> tuple[Attachment, ...]:
+    """Download, one after the other, what :func:`select` allows; the others come after
+    them as skipped. ``download`` turns its failures into skipped attachments itself."""
+    fetch, skipped = select(refs, max_files=limits.max_files, max_bytes=limits.max_bytes)
+    got = [await download(ref) for ref in fetch]
+    return (*got, *skipped)
 
 
 def skip(ref: FileRef, reason: str) -> Attachment:

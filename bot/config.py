@@ -19,9 +19,10 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -48,6 +49,16 @@ SECRET_NAMES = frozenset(
     | {"headers", "env"}  # an MCP server's HTTP headers and environment carry its credentials
     | {"token", "admin_token"}  # the ops page's
 )
+
+
+def _thinking_level(value: str | None) -> str | None:
+    if value is not None and value not in THINKING_LEVELS:
+        raise ValueError(f"must be one of {', '.join(THINKING_LEVELS)}")
+    return value
+
+
+ThinkingLevel = Annotated[str | None, AfterValidator(_thinking_level)]
+"""A reasoning effort: one of :data:`THINKING_LEVELS`, or None (the model's default)."""
 
 
 class _Section(BaseModel):
@@ -88,7 +99,7 @@ class Price(_Section):
 class SubagentSettings(_Section):
     max_concurrent: int = Field(8, ge=1, le=1000)
     model: str | None = None
-    thinking: str | None = None
+    thinking: ThinkingLevel = None
     run_timeout_seconds: int = Field(600, ge=1, le=86_400)
     archive_after_minutes: float = Field(60, ge=0)
     heartbeat_seconds: float = Field(2.0, gt=0, le=60)
@@ -136,13 +147,6 @@ class SubagentSettings(_Section):
         30, ge=0, le=3600, description="A stalled run gets this long before it ends timeout."
     )
 
-    @field_validator("thinking")
-    @classmethod
-    def _thinking(cls, value: str | None) -> str | None:
-        if value is not None and value not in THINKING_LEVELS:
-            raise ValueError(f"must be one of {', '.join(THINKING_LEVELS)}")
-        return value
-
 
 _RUNNABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _LOOP_KEYS = ("system_prompt", "tools", "model", "thinking", "output_schema", "require_approval")
@@ -172,7 +176,7 @@ class SubagentType(_Section):
     system_prompt: str = ""
     tools: list[str] = Field(default_factory=list, description="Empty means every tool.")
     model: str | None = None
-    thinking: str | None = None
+    thinking: ThinkingLevel = None
     context: Literal["isolated", "fork"] = Field(
         "isolated", description="fork: the run also sees the requester's recent messages."
     )
@@ -190,13 +194,6 @@ class SubagentType(_Section):
     require_approval: bool | list[str] = Field(
         False, description="true: each tool call of its runs waits for a person; or tool patterns."
     )
-
-    @field_validator("thinking")
-    @classmethod
-    def _type_thinking(cls, value: str | None) -> str | None:
-        if value is not None and value not in THINKING_LEVELS:
-            raise ValueError(f"must be one of {', '.join(THINKING_LEVELS)}")
-        return value
 
     @field_validator("output_schema")
     @classmethod

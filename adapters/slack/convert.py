@@ -50,10 +50,14 @@ class BotIdentity:
     team_id: str = ""
 
 
-class _Event(BaseModel):
-    """The fields of a ``message`` / ``app_mention`` event fanbot reads."""
+class _Payload(BaseModel):
+    """A payload part: fields fanbot does not read are ignored."""
 
     model_config = ConfigDict(extra="ignore")
+
+
+class _Event(_Payload):
+    """The fields of a ``message`` / ``app_mention`` event fanbot reads."""
 
     type: str
     channel: _Id
@@ -68,10 +72,8 @@ class _Event(BaseModel):
     user_profile: dict[str, Any] | None = None
 
 
-class _Command(BaseModel):
+class _Command(_Payload):
     """A slash-command payload (form fields)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     command: str
     channel_id: _Id
@@ -83,25 +85,19 @@ class _Command(BaseModel):
     user_name: _Text = ""
 
 
-class _Named(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class _Named(_Payload):
     id: _Id
     username: _Text = ""
 
 
-class _Button(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class _Button(_Payload):
     action_id: _Text = ""
     value: _Text = ""
     action_ts: _Text = ""
 
 
-class _Press(BaseModel):
+class _Press(_Payload):
     """The fields of a ``block_actions`` payload fanbot reads."""
-
-    model_config = ConfigDict(extra="ignore")
 
     user: _Named
     team: _Named | None = None

@@ -68,9 +68,11 @@ async def download_all(
     limits: AttachmentSettings,
 ) -> tuple[Attachment, ...]:
     """Download what :func:`bot.attachments.select` allows; failures become skipped ones."""
-    fetch, skipped = att.select(refs, max_files=limits.max_files, max_bytes=limits.max_bytes)
-    got = [await _one(session, ref, token, api_url, limits.max_bytes) for ref in fetch]
-    return (*got, *skipped)
+    return await att.download_selected(
+        refs,
+        limits=limits,
+        download=lambda ref: _one(session, ref, token, api_url, limits.max_bytes),
+    )
 
 
 async def _one(

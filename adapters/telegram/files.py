@@ -26,9 +26,9 @@ async def download_all(
     bot: Any, refs: Sequence[att.FileRef], *, limits: AttachmentSettings
 ) -> tuple[Attachment, ...]:
     """Download what :func:`bot.attachments.select` allows; failures become skipped ones."""
-    fetch, skipped = att.select(refs, max_files=limits.max_files, max_bytes=limits.max_bytes)
-    got = [await _one(bot, ref, limits.max_bytes) for ref in fetch]
-    return (*got, *skipped)
+    return await att.download_selected(
+        refs, limits=limits, download=lambda ref: _one(bot, ref, limits.max_bytes)
+    )
 
 
 async def _one(bot: Any, ref: att.FileRef, limit: int) -> Attachment:

@@ -18,13 +18,13 @@ import os
 import platform
 import time
 from contextlib import ExitStack
-from typing import Any
 
 from rq import Queue
 from rq.serializers import JSONSerializer
 
 from bot.bench import bare
 from bot.bench import compare_phases as phases
+from bot.bench.bench_stack import telegram_bench_values
 from bot.bench.compare_env import (
     FORUM,
     TOPICS,
@@ -76,7 +76,14 @@ async def run_compare(config: CompareConfig) -> CompareResult:
 async def _with_processes(
     config: CompareConfig, url: str, fake: FakeOpenAI, model: CompareModel, tg: FakeTelegram
 ) -> BenchEnv:
-    values = _values(config, url, fake.base_url, tg)
+    values = telegram_bench_values(
+        redis_url=url,
+        model_url=fake.base_url,
+        tg=tg,
+        log_dir=config.log_dir,
+        log_level="WARNING",
+        subagents={"max_concurrent": config.workers},
+    )
     env = hermetic_env(values)
     deps = Deps.build(Settings(**values))
     log_dir = config.log_dir
@@ -102,24 +109,6 @@ async def _with_processes(
         await asyncio.to_thread(bench.bare.stop)
         deps.close()
     return bench
-
-
-def _values(config: CompareConfig, url: str, model_url: str, tg: FakeTelegram) -> dict[str, Any]:
-    return {
-        "redis_url": url,
-        "key_prefix": "fanbot:",
-        "agent_id": "main",
-        "state_dir": str(config.log_dir / "state"),
-        "log_level": "WARNING",
-        "openai": {"base_url": model_url, "model": "fake-model", "models": ["fake-model"]},
-        "subagents": {"max_concurrent": config.workers},
-        "telegram": {
-            "bot_token": tg.token,
-            "api_url": tg.api_url,
-            "file_url": tg.file_url,
-            "poll_timeout_seconds": 1,
-        },
-    }
 
 
 def _all_phases(bench: BenchEnv) -> None:

@@ -26,6 +26,7 @@ from rq.job import Job
 from bot.agent.context import ToolContext
 from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.bench import bare
+from bot.bench.bench_stack import stack_problem
 from bot.bench.stats import percentile
 from bot.deps import Deps
 from bot.errors import FanbotError
@@ -140,13 +141,9 @@ def _until(bench: BenchEnv, check: Callable[[], bool], *, timeout: float, what: 
 
 
 def _require_alive(bench: BenchEnv) -> None:
-    if bench.config.stopping is not None and bench.config.stopping.is_set():
-        raise CompareError("interrupted; its processes are stopped")
-    if bench.gateway.returncode() is not None:
-        raise CompareError(f"the gateway exited:\n{bench.gateway.log()[-3000:]}")
-    launcher = bench.pool.launcher
-    if launcher is None or launcher.poll() is not None:
-        raise CompareError(f"the worker launcher exited; see {bench.pool.log_path}")
+    problem = stack_problem(stopping=bench.config.stopping, gateway=bench.gateway, pool=bench.pool)
+    if problem is not None:
+        raise CompareError(problem)
 
 
 def _ready(bench: BenchEnv) -> bool:

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rq import Worker
 from rq.registry import FailedJobRegistry
@@ -36,6 +35,7 @@ from rq.registry import FailedJobRegistry
 from bot.agent.context import ToolContext
 from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.bench import probes
+from bot.bench.bench_stack import stack_problem, telegram_bench_values
 from bot.bench.soak_plan import HANG_RUN_TIMEOUT, Kind, PlannedRun, SoakModel, make_plan
 from bot.bench.soak_report import MIB, Rss, SoakResult, announces, compare
 from bot.config import Settings
@@ -138,7 +138,17 @@ async def run_soak(config: SoakConfig) -> SoakResult:
 async def _with_processes(
     config: SoakConfig, url: str, plan: list[PlannedRun], model_url: str, tg: FakeTelegram
 ) -> SoakResult:
-    values = _values(config, url, model_url, tg)
+    values = telegram_bench_values(
+        redis_url=url,
+        model_url=model_url,
+        tg=tg,
+        log_dir=config.log_dir,
+        log_level="INFO",
+        subagents={
+            "max_concurrent": config.max_concurrent or config.workers,
+            "archive_after_minutes": config.archive_after_minutes,
+        },
+    )
     env = hermetic_env(values)
     deps = Deps.build(Settings(**values))
     soak = _Env(
@@ -157,27 +167,6 @@ async def _with_processes(
         deps.close()
     result.gateway_exit = exit_code
     return result
-
-
-def _values(config: SoakConfig, url: str, model_url: str, tg: FakeTelegram) -> dict[str, Any]:
-    return {
-        "redis_url": url,
-        "key_prefix": "fanbot:",
-        "agent_id": "main",
-        "state_dir": str(config.log_dir / "state"),
-        "log_level": "INFO",
-        "openai": {"base_url": model_url, "model": "fake-model", "models": ["fake-model"]},
-        "subagents": {
-            "max_concurrent": config.max_concurrent or config.workers,
-            "archive_after_minutes": config.archive_after_minutes,
-        },
-        "telegram": {
-            "bot_token": tg.token,
-            "api_url": tg.api_url,
-            "file_url": tg.file_url,
-            "poll_timeout_seconds": 1,
-        },
-    }
 
 
 def _inject_telegram_faults(tg: FakeTelegram, config: SoakConfig) -> None:
@@ -232,12 +221,9 @@ def _interrupted(stopping: threading.Event | None) -> None:
 
 
 def _require_alive(soak: _Env) -> None:
-    _interrupted(soak.config.stopping)
-    if soak.gateway.returncode() is not None:
-        raise BenchError(f"the gateway exited:\n{soak.gateway.log()[-3000:]}")
-    launcher = soak.pool.launcher
-    if launcher is None or launcher.poll() is not None:
-        raise BenchError(f"the worker launcher exited; see {soak.pool.log_path}")
+    problem = stack_problem(stopping=soak.config.stopping, gateway=soak.gateway, pool=soak.pool)
+    if problem is not None:
+        raise BenchError(problem)
 
 
 def _ready(soak: _Env) -> bool:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from bot.cli.command_group import command_group
 from bot.config import Settings, load_settings
 from bot.errors import ConfigError, FanbotError, RedisUnavailable
 from bot.supervise.signals import stop_on_signal
@@ -25,11 +26,8 @@ from bot.supervise.signals import stop_on_signal
 if TYPE_CHECKING:
     from bot.ports import ChannelAdapter
 
-app = typer.Typer(
-    name="fanbot",
-    help="A thread-native chat bot that fans out subagents on RQ workers.",
-    no_args_is_help=True,
-    add_completion=False,
+app = command_group(
+    name="fanbot", help="A thread-native chat bot that fans out subagents on RQ workers."
 )
 
 STARTUP_ERRORS = (ConfigError, RedisUnavailable)

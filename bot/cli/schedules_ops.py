@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from bot.cli.command_group import command_group
 from bot.cli.operator_deps import operator_deps
 from bot.errors import FanbotError
 from bot.runs.recurring import NewSchedule, add_schedule
@@ -19,11 +20,8 @@ from bot.sessions import requester_session_key
 from bot.text.units import utc_stamp
 from bot.types import ThreadRef
 
-app = typer.Typer(
-    name="schedules",
-    help="List, add and remove recurring subagent runs (reads FANBOT_REDIS_URL).",
-    no_args_is_help=True,
-    add_completion=False,
+app = command_group(
+    name="schedules", help="List, add and remove recurring subagent runs (reads FANBOT_REDIS_URL)."
 )
 
 PROG = "fanbot schedules"

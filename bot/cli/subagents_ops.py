@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from bot.cli.command_group import command_group
 from bot.cli.operator_deps import operator_deps
 from bot.commands.answers import render_info, timing
 from bot.deps import Deps
@@ -21,11 +22,8 @@ from bot.runs.stop import stop_run
 from bot.store.budgets import Spend
 from bot.types import RunRecord
 
-app = typer.Typer(
-    name="subagents",
-    help="Inspect and stop subagent runs of any session (reads FANBOT_REDIS_URL).",
-    no_args_is_help=True,
-    add_completion=False,
+app = command_group(
+    name="subagents", help="Inspect and stop subagent runs of any session (reads FANBOT_REDIS_URL)."
 )
 
 PROG = "fanbot subagents"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from bot.commands.parse import Command
 from bot.commands.registry import COMMANDS, HELP_TEXT
 from bot.deps import Deps
+from bot.runs.access import Actor
 from bot.types import Inbound, Outbound, OutboundKind
 
 
@@ -20,6 +21,15 @@ class CommandRequest:
     inbound: Inbound
     session_key: str
     deps: Deps
+
+    @property
+    def actor(self) -> Actor:
+        """Who wrote the command (with the configured admins, for the access rules)."""
+        return Actor(
+            platform=self.inbound.thread.platform,
+            user_id=self.inbound.sender.user_id,
+            admins=self.deps.settings.admins,
+        )
 
 
 Handler = Callable[[CommandRequest], str]

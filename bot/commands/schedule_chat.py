@@ -16,7 +16,6 @@ from bot.commands.registry import subcommand
 from bot.commands.router import CommandRequest
 from bot.commands.spawn_command import SpawnAsk, leading_flags, parse_type_and_task, words_after
 from bot.errors import FanbotError
-from bot.runs.access import Actor
 from bot.runs.naming import Icon
 from bot.runs.recurring import (
     NewSchedule,
@@ -92,17 +91,9 @@ def render_schedules(found: list[Schedule], *, now: float) -> str:
     return "\n".join(lines)
 
 
-def _actor(req: CommandRequest) -> Actor:
-    return Actor(
-        platform=req.inbound.thread.platform,
-        user_id=req.inbound.sender.user_id,
-        admins=req.deps.settings.admins,
-    )
-
-
 def handle_every(req: CommandRequest) -> str:
     s = req.deps.settings
-    actor = _actor(req)
+    actor = req.actor
     decision = may_schedule(actor, who=s.schedules.who)
     if not decision.allowed:
         return f"I can't make that schedule: {decision.reason}"
@@ -148,7 +139,7 @@ def handle_unschedule(req: CommandRequest) -> str:
     found = ours.get(schedule_id) if schedule_id else None
     if found is None:
         return f"No schedule `{shown}` in this thread. `/subagents schedules` lists them."
-    decision = may_schedule(_actor(req), who=req.deps.settings.schedules.who, owner=found.requester)
+    decision = may_schedule(req.actor, who=req.deps.settings.schedules.who, owner=found.requester)
     if not decision.allowed:
         return f"I can't remove schedule #{found.schedule_id}: {decision.reason}"
     if not req.deps.schedules.remove(found.schedule_id):

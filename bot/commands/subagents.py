@@ -23,7 +23,6 @@ from bot.commands.registry import LOG_DEFAULT, LOG_MAX, SUBAGENTS, USAGE
 from bot.commands.router import CommandRequest, CommandRouter, early_reply
 from bot.commands.spawn_command import handle_spawn
 from bot.runs.access import (
-    Actor,
     Resolution,
     channel_scope,
     may_control,
@@ -153,7 +152,7 @@ def _scope_session(req: CommandRequest) -> str:
 def _close(req: CommandRequest, found: Resolution) -> str:
     run = found.run
     assert run is not None
-    decision = may_control(actor_of(req), run, verb="close the thread of")
+    decision = may_control(req.actor, run, verb="close the thread of")
     if not decision.allowed:
         name = run_title(run, noun="subagent", name="none")
         return f"I can't close the thread of {name}: {decision.reason}"
@@ -164,7 +163,7 @@ def handle_stop(req: CommandRequest) -> str:
     """``/stop``: abort the session's running turn and stop every unfinished run."""
     runs = scope_runs(req.deps, session_key=req.session_key, thread=req.inbound.thread)
     # Cancel the fan-ins first: stopping their runs would otherwise fire them.
-    cancelled = cancel_joins(req.deps, req.session_key, runs, actor=actor_of(req))
+    cancelled = cancel_joins(req.deps, req.session_key, runs, actor=req.actor)
     lines = [_abort_turn(req)] if not channel_scope(req.inbound.thread) else []
     lines.append(stop_all(req, runs))
     if cancelled:
@@ -173,7 +172,7 @@ def handle_stop(req: CommandRequest) -> str:
 
 
 def _abort_turn(req: CommandRequest) -> str:
-    actor = actor_of(req)
+    actor = req.actor
     turn = running_turn(req.deps, req.session_key)
     if turn is None:
         return ""
@@ -187,7 +186,7 @@ def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
     unfinished = [r for r in runs if not r.status.terminal]
     if not unfinished:
         return "Nothing to stop: no subagent is queued or running here."
-    allowed, refused = partition(actor_of(req), unfinished)
+    allowed, refused = partition(req.actor, unfinished)
     by = _by(req)
     stopped = [r for r in allowed if stop_run(req.deps, r.run_id, by=by).ended]
     lines = []
@@ -209,7 +208,7 @@ def _stop_one(req: CommandRequest, found: Resolution) -> str:
     name = run_title(run, noun="subagent", name="dotted")
     if run.status.terminal:
         return f"{name.capitalize()} already ended ({run.status.value}); nothing to stop."
-    decision = may_control(actor_of(req), run, verb="stop")
+    decision = may_control(req.actor, run, verb="stop")
     if not decision.allowed:
         return f"I can't stop {name}: {decision.reason}"
     result = stop_run(req.deps, run.run_id, by=_by(req))
@@ -222,7 +221,7 @@ def _send(req: CommandRequest, found: Resolution, message: str) -> str:
     run = found.run
     assert run is not None
     name = run_title(run, noun="subagent", name="dotted")
-    decision = may_control(actor_of(req), run, verb="send to")
+    decision = may_control(req.actor, run, verb="send to")
     if not decision.allowed:
         return f"I can't send to {name}: {decision.reason}"
     queued: list[Receipt] = []
@@ -243,7 +242,7 @@ def _send(req: CommandRequest, found: Resolution, message: str) -> str:
         queued.append(made)
         return made.receipt_id
 
-    result = send(req.deps, run, message, requester=actor_of(req).qualified, receipt=receipt)
+    result = send(req.deps, run, message, requester=req.actor.qualified, receipt=receipt)
     if result.outcome is SendOutcome.STEERED and queued:
         return ""  # answered already: the receipt's reply, edited as the message moves on
     if result.outcome is SendOutcome.ARCHIVED:
@@ -286,16 +285,8 @@ def _log(req: CommandRequest, found: Resolution, parsed: SubagentsRequest) -> st
     return render_log(run, view=view, tools=parsed.tools)
 
 
-def actor_of(req: CommandRequest) -> Actor:
-    return Actor(
-        platform=req.inbound.thread.platform,
-        user_id=req.inbound.sender.user_id,
-        admins=req.deps.settings.admins,
-    )
-
-
 def _by(req: CommandRequest) -> str:
-    actor = actor_of(req)
+    actor = req.actor
     name = req.inbound.sender.display_name
     return f"{name} ({actor.qualified})" if name and name != actor.user_id else actor.qualified
 

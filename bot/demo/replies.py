@@ -16,19 +16,6 @@ from typing import Any, TypeAlias
 
 from bot.types import FAN_IN_MARK, Usage
 
-__all__ = [
-    "Call",
-    "ChatRequest",
-    "Fail",
-    "Hang",
-    "Reply",
-    "Script",
-    "Text",
-    "ToolCalls",
-    "ToolResult",
-    "message_text",
-]
-
 
 @dataclass(frozen=True)
 class Text:

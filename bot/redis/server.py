@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
 import redis
 from redis.backoff import NoBackoff
@@ -171,10 +170,5 @@ class RedisServer:
     def __enter__(self) -> RedisServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.stop()

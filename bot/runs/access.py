@@ -167,19 +167,13 @@ def resolve_run(token: str, runs: Sequence[RunRecord]) -> Resolution:
 
 def _by_number(number: int, runs: Sequence[RunRecord]) -> Resolution:
     hits = [r for r in runs if r.seq == number]
-    if len(hits) == 1:
-        return Resolution(run=hits[0])
-    if not hits:
-        return Resolution(
-            error=f"There is no {run_title(number, noun='run', name='none')} here. "
-            + valid_forms(runs)
-        )
     # A channel-wide command sees several threads, each numbering its own runs.
     listed = ", ".join(f"`{r.run_id[:8]}`" for r in hits[:5])
-    return Resolution(
-        error=f"{run_title(number, noun='', name='none')} names {len(hits)} runs in this channel "
-        f"({listed}); "
-        "use the run-id prefix, or ask in the run's own thread."
+    return _the_one(
+        hits,
+        none=f"There is no {run_title(number, noun='run', name='none')} here. " + valid_forms(runs),
+        several=f"{run_title(number, noun='', name='none')} names {len(hits)} runs in this "
+        f"channel ({listed}); use the run-id prefix, or ask in the run's own thread.",
     )
 
 
@@ -192,15 +186,20 @@ def _by_prefix(token: str, shown: str, runs: Sequence[RunRecord]) -> Resolution:
             "characters). " + valid_forms(runs)
         )
     hits = [r for r in runs if r.run_id.startswith(token)]
+    listed = ", ".join(f"{run_title(r, noun='', name='none')} `{r.run_id[:12]}`" for r in hits[:5])
+    return _the_one(
+        hits,
+        none=f"No run here has an id starting `{shown}`. " + valid_forms(runs),
+        several=f"`{shown}` matches {len(hits)} runs ({listed}); type more characters or use "
+        "the run's number.",
+    )
+
+
+def _the_one(hits: Sequence[RunRecord], *, none: str, several: str) -> Resolution:
+    """The run when ``hits`` holds exactly one; else the answer for none or several."""
     if len(hits) == 1:
         return Resolution(run=hits[0])
-    if not hits:
-        return Resolution(error=f"No run here has an id starting `{shown}`. " + valid_forms(runs))
-    listed = ", ".join(f"{run_title(r, noun='', name='none')} `{r.run_id[:12]}`" for r in hits[:5])
-    return Resolution(
-        error=f"`{shown}` matches {len(hits)} runs ({listed}); type more characters or use "
-        "the run's number."
-    )
+    return Resolution(error=several if hits else none)
 
 
 def _number(token: str) -> int | None:

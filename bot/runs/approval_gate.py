@@ -32,9 +32,9 @@ from bot.config import Settings, SubagentType
 from bot.deps import Deps
 from bot.errors import RunParked
 from bot.runs.access import Actor, may_control
+from bot.runs.line import slot_job
 from bot.runs.naming import Icon, run_title
 from bot.store.approvals import ApprovalRecord, ApprovalState, PendingCall
-from bot.store.jobs import RunJobSpec
 from bot.text.units import duration
 from bot.types import Action, Outbound, OutboundKind, RunRecord
 
@@ -262,16 +262,13 @@ def resume(deps: Deps, approval: ApprovalRecord) -> None:
     job_id = RESUME_PREFIX + approval.approval_id
     if deps.jobs.exists(job_id):
         return
-    sub = deps.settings.subagents
     deps.jobs.enqueue_resume(
-        RunJobSpec(
+        slot_job(
+            deps.settings,
+            record,
             run_id=record.run_id,
-            timeout=record.timeout_s + sub.job_grace_seconds,
-            max_concurrent=sub.max_concurrent,
             description=f"{run_title(record, noun='subagent', name='none')} resumes after "
             f"approval {approval.approval_id}",
-            session_key=record.session_key,
-            per_session=sub.max_concurrent_per_session,
         ),
         job_id=job_id,
         approval_id=approval.approval_id,

@@ -33,11 +33,12 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.observe import tracing
 from bot.runs.access import Actor
+from bot.runs.line import slot_job
 from bot.runs.naming import run_title
 from bot.runs.render import history_note
 from bot.runs.type_registry import subagent_types
 from bot.sessions import qualified_user
-from bot.store.jobs import RunJobSpec, TurnJob
+from bot.store.jobs import TurnJob
 from bot.store.joins import JoinRecord
 from bot.types import FAN_IN_MARK, RunRecord
 
@@ -172,16 +173,13 @@ def _resume_parent(deps: Deps, run_id: str, join_id: str, job_id: str) -> None:
     record = deps.runs.get(run_id)
     if record is None or record.status.terminal:
         return
-    sub = deps.settings.subagents
     deps.jobs.enqueue_resume(
-        RunJobSpec(
+        slot_job(
+            deps.settings,
+            record,
             run_id=run_id,
-            timeout=record.timeout_s + sub.job_grace_seconds,
-            max_concurrent=sub.max_concurrent,
             description=f"{run_title(record, noun='subagent', name='none')} resumes after "
             "its subagents",
-            session_key=record.session_key,
-            per_session=sub.max_concurrent_per_session,
         ),
         job_id=job_id,
         join_id=join_id,

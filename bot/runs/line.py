@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 
+from bot.config import Settings
 from bot.deps import Deps
+from bot.store.jobs import RunJobSpec
+from bot.types import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +23,20 @@ MAX_PLACES = 50
 def place_text(place: int) -> str:
     """``queued · #3 in line`` (pure); #1 starts next."""
     return f"queued · #{place} in line"
+
+
+def slot_job(settings: Settings, record: RunRecord, *, run_id: str, description: str) -> RunJobSpec:
+    """The job that runs ``record`` (or resumes it) once the line gives it a slot: it waits
+    in its session's line, and its hard timeout is the run's plus the job grace."""
+    sub = settings.subagents
+    return RunJobSpec(
+        run_id=run_id,
+        timeout=record.timeout_s + sub.job_grace_seconds,
+        max_concurrent=sub.max_concurrent,
+        description=description,
+        session_key=record.session_key,
+        per_session=sub.max_concurrent_per_session,
+    )
 
 
 def admit_next(deps: Deps) -> list[str]:

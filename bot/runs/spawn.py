@@ -25,12 +25,11 @@ from bot.errors import SpawnRejected
 from bot.observe import record as observed
 from bot.observe import tracing
 from bot.runs.budget import SpawnBudget, spawn_limits
-from bot.runs.line import show_places
+from bot.runs.line import show_places, slot_job
 from bot.runs.naming import run_title
 from bot.runs.thread_children import request_thread
 from bot.runs.type_registry import subagent_types
 from bot.sessions import new_child_session_key
-from bot.store.jobs import RunJobSpec
 from bot.text.clip import clip
 from bot.types import Cleanup, ResultFormat, RunContext, RunRecord, ThreadRef
 
@@ -223,15 +222,12 @@ def _new_record(
 def enqueue_run(deps: Deps, record: RunRecord) -> None:
     """Put a recorded run in its session's line for a subagent slot (it starts at once
     when one is free); a run that must wait is told its place."""
-    sub = deps.settings.subagents
     admitted = deps.jobs.enqueue_run(
-        RunJobSpec(
+        slot_job(
+            deps.settings,
+            record,
             run_id=record.job_id,
-            timeout=record.timeout_s + sub.job_grace_seconds,
-            max_concurrent=sub.max_concurrent,
             description=run_title(record, noun="subagent", name="brief"),
-            session_key=record.session_key,
-            per_session=sub.max_concurrent_per_session,
         )
     )
     if record.job_id not in admitted:

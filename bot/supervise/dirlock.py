@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import os
 from pathlib import Path
-from types import TracebackType
 
 from bot.errors import DirectoryBusy
 
@@ -67,10 +66,5 @@ class DirLock:
     def __enter__(self) -> DirLock:
         return self.acquire()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.release()

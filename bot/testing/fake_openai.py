@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import web
@@ -162,12 +161,7 @@ class FakeOpenAI(ChatServer):
     def __enter__(self) -> Self:
         return self.start_in_thread()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.stop()
 
     # --- recording ---------------------------------------------------------------------

@@ -44,7 +44,6 @@ import json
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
@@ -198,9 +197,7 @@ class FakeSlack:
     async def __aenter__(self) -> Self:
         return await self.start()
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *_exc: object) -> None:
         await self.stop()
 
     @property

@@ -36,7 +36,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from aiohttp import ClientSession, web
@@ -232,10 +231,7 @@ class FakeTelegram:
         await self.start()
         return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    async def __aexit__(self, *_exc: object) -> None:
         await self.stop()
 
     @property
@@ -427,12 +423,7 @@ class FakeTelegram:
 
     async def _api_sendMessage(self, params: dict[str, Any]) -> Any:
         chat_id, thread_id = self._destination(params)
-        raw, mode = str(params.get("text", "")), params.get("parse_mode")
-        text = _parse(raw, mode)
-        if not text.strip():
-            raise _ApiError(400, "Bad Request: message text is empty")
-        if utf16_len(text) > MAX_TEXT:
-            raise _ApiError(400, "Bad Request: message is too long")
+        raw, mode, text = _message_text(params, too_long="message is too long")
         sent = SentMessage(
             message_id=next(self._ids), chat_id=chat_id, message_thread_id=thread_id,
             text=text, raw_text=raw, parse_mode=mode, reply_to=self._reply_to(params),
@@ -496,12 +487,7 @@ class FakeTelegram:
         sent = self._find(params)
         if sent is None:
             raise _ApiError(400, "Bad Request: message to edit not found")
-        raw, mode = str(params.get("text", "")), params.get("parse_mode")
-        text = _parse(raw, mode)
-        if not text.strip():
-            raise _ApiError(400, "Bad Request: message text is empty")
-        if utf16_len(text) > MAX_TEXT:
-            raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
+        raw, mode, text = _message_text(params, too_long="MESSAGE_TOO_LONG")
         markup = _inline_keyboard(params.get("reply_markup"))
         if text == sent.text and markup == sent.reply_markup:
             raise _ApiError(400, "Bad Request: message is not modified: specified new message "
@@ -650,6 +636,18 @@ def _inline_keyboard(raw: Any) -> dict[str, Any] | None:
         if data is not None and not 1 <= len(str(data).encode()) <= 64:
             raise _ApiError(400, "Bad Request: BUTTON_DATA_INVALID")
     return {"inline_keyboard": rows}
+
+
+def _message_text(params: dict[str, Any], *, too_long: str) -> tuple[str, Any, str]:
+    """A send's or an edit's ``(text as given, parse_mode, text as shown)``; Telegram
+    words the too-long error differently for the two (``too_long``)."""
+    raw, mode = str(params.get("text", "")), params.get("parse_mode")
+    text = _parse(raw, mode)
+    if not text.strip():
+        raise _ApiError(400, "Bad Request: message text is empty")
+    if utf16_len(text) > MAX_TEXT:
+        raise _ApiError(400, f"Bad Request: {too_long}")
+    return raw, mode, text
 
 
 def _parse(raw: str, mode: Any) -> str:

@@ -253,15 +253,7 @@ class WebApi:
             blocks = _blocks(args.get("blocks"))
         except ValueError as exc:
             return {"ok": False, "error": str(exc)}
-        thread_ts = args.get("thread_ts") or None
-        posted = Posted(
-            channel=str(args["channel"]),
-            ts=wire.new_ts(),
-            text=str(args.get("text", "")),
-            thread_ts=str(thread_ts) if thread_ts else None,
-            metadata=metadata,
-            blocks=blocks,
-        )
+        posted = _posted(args, metadata=metadata, blocks=blocks)
         self.messages.append(posted)
         if self.on_post is not None:
             self.on_post(posted)
@@ -327,14 +319,7 @@ class WebApi:
             return {"ok": False, "error": error}
         if not args.get("user"):
             return {"ok": False, "error": "user_not_in_channel"}
-        thread_ts = args.get("thread_ts") or None
-        posted = Posted(
-            channel=str(args["channel"]),
-            ts=wire.new_ts(),
-            text=str(args.get("text", "")),
-            thread_ts=str(thread_ts) if thread_ts else None,
-            ephemeral_to=str(args["user"]),
-        )
+        posted = _posted(args, ephemeral_to=str(args["user"]))
         self.ephemerals.append(posted)
         return {"ok": True, "message_ts": posted.ts}
 
@@ -442,6 +427,26 @@ def _blocks(value: Any) -> list[dict[str, Any]] | None:
             if not ok:
                 raise ValueError("invalid_blocks")
     return blocks
+
+
+def _posted(
+    args: dict[str, Any],
+    *,
+    metadata: dict[str, Any] | None = None,
+    blocks: list[dict[str, Any]] | None = None,
+    ephemeral_to: str | None = None,
+) -> Posted:
+    """The message a ``chat.postMessage`` / ``chat.postEphemeral`` call posts (a new ``ts``)."""
+    thread_ts = args.get("thread_ts") or None
+    return Posted(
+        channel=str(args["channel"]),
+        ts=wire.new_ts(),
+        text=str(args.get("text", "")),
+        thread_ts=str(thread_ts) if thread_ts else None,
+        ephemeral_to=ephemeral_to,
+        metadata=metadata,
+        blocks=blocks,
+    )
 
 
 def _metadata(value: Any) -> dict[str, Any] | None:

@@ -20,7 +20,6 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -240,10 +239,5 @@ class _Watchdog:
         self._timer.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self._timer.cancel()

@@ -27,10 +27,10 @@ from typing import Any
 from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
-from bot import failpoints
 from bot.config import Settings, load_settings
 from bot.deps import Deps
 from bot.errors import ConfigError, RedisUnavailable
+from bot.failpoints import Failpoints
 from bot.logs import configure as configure_logging
 from bot.observe import tracing
 from bot.observe.serve import EndpointServer, serve_worker_endpoints
@@ -88,7 +88,7 @@ def run_single(
     """
     if parent_pid is not None:
         threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
-    failpoints.hit("worker.start")  # lets a test make every worker fail at start
+    Failpoints.from_env().hit("worker.start")  # lets a test make every worker fail at start
     who = f"worker pid {os.getpid()}"
     if not wait_until_reachable(settings.redis_url, who=who):
         return

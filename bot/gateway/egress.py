@@ -268,7 +268,7 @@ class Egress:
         Entries read but not sent stay pending; dropping the liveness key lets the next
         gateway take them over at once instead of after ``alive_ttl_seconds``.
         """
-        self.sender.closing = True
+        self.sender.stop_starting()
         deadline = time.monotonic() + grace
         while self.sender.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

@@ -147,6 +147,10 @@ class Sender:
         self.delivered = 0
         self._keys: dict[str, asyncio.Event] = {}  # keys being settled, set when done
 
+    def stop_starting(self) -> None:
+        """Start no send from now on (the gateway closes); those in flight finish."""
+        self.closing = True
+
     @observed_delivery
     async def deliver(self, entry: Entry, turn: Turn | None = None) -> None:
         """Settle ``entry``, posting it once ``turn`` says the entry before it was settled

@@ -18,6 +18,7 @@ import ipaddress
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -729,6 +730,43 @@ def config_path() -> Path | None:
     """The TOML file to read: ``$FANBOT_CONFIG`` (empty: none) or ``./fanbot.toml``."""
     named = os.environ.get("FANBOT_CONFIG", "fanbot.toml")
     return Path(named).expanduser() if named else None
+
+
+def otlp_traces_url(observe: ObserveSettings) -> str:
+    """The OTLP/HTTP traces URL to export to, or "" (tracing off): the configured base URL,
+    else OpenTelemetry's own ``OTEL_EXPORTER_OTLP_ENDPOINT`` (a base URL) or
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (the whole URL)."""
+    base = observe.otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    if base:
+        return base.rstrip("/") + "/v1/traces"
+    return os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+
+
+DEMO_DELAY_ENV = "FANBOT_DEMO_SUBAGENT_DELAY"
+FAILPOINTS_ENV = "FANBOT_FAILPOINTS"
+
+
+def demo_delay(environ: Mapping[str, str] = os.environ) -> float | None:
+    """``FANBOT_DEMO_SUBAGENT_DELAY`` in seconds (the console's offline demo model), if set.
+
+    Raises:
+        ConfigError: Not a number of seconds from 0 to 3600.
+    """
+    raw = environ.get(DEMO_DELAY_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise ConfigError(f"{DEMO_DELAY_ENV} must be a number of seconds (0-3600), not {raw!r}")
+    return value
+
+
+def failpoint_spec() -> str:
+    """``FANBOT_FAILPOINTS``: fault injection for tests (see :mod:`bot.failpoints`)."""
+    return os.environ.get(FAILPOINTS_ENV, "")
 
 
 def _secrets_in(data: Any, path: str = "") -> list[str]:

@@ -1,6 +1,7 @@
 """Failpoints: named places where a fault-injection test makes this process misbehave.
 
-Off unless ``FANBOT_FAILPOINTS`` is set (read once per process), e.g.::
+Off unless ``FANBOT_FAILPOINTS`` is set (read when the process's gateway, console or
+worker is built: each owns a :class:`Failpoints`), e.g.::
 
     FANBOT_FAILPOINTS="egress.after_send=kill"          # SIGKILL self on the first hit
     FANBOT_FAILPOINTS="egress.before_send=kill@3"       # ... on the third hit
@@ -20,7 +21,9 @@ import signal
 import time
 from dataclasses import dataclass
 
-ENV = "FANBOT_FAILPOINTS"
+from bot.config import FAILPOINTS_ENV, failpoint_spec
+
+ENV = FAILPOINTS_ENV
 _SPEC = re.compile(r"^(kill|raise|sleep\((\d+(?:\.\d+)?)\))(?:@(\d+))?$")
 
 
@@ -52,29 +55,35 @@ def parse(spec: str) -> dict[str, _Point]:
     return points
 
 
-_points: dict[str, _Point] | None = None
+class Failpoints:
+    """The failpoints of one process, each with its hit count.
 
+    Args:
+        spec: ``"a=kill;b=sleep(1)@2"`` (:func:`parse`); empty: none (each hit is a no-op).
 
-def load() -> None:
-    """Read ``FANBOT_FAILPOINTS`` now (at start-up), so a typo fails fast with a clear error."""
-    global _points
-    _points = parse(os.environ.get(ENV, ""))
+    Raises:
+        ValueError: A bad entry in ``spec``, named.
+    """
 
+    def __init__(self, spec: str = "") -> None:
+        self._points = parse(spec)
 
-def hit(name: str) -> None:
-    """Trigger failpoint ``name`` if this process was configured with it."""
-    if _points is None:
-        load()
-    assert _points is not None
-    point = _points.get(name)
-    if point is None:
-        return
-    point.hits += 1
-    if point.hits != point.at_hit:
-        return
-    if point.action == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif point.action == "raise":
-        raise FailpointError(f"failpoint {name}")
-    else:
-        time.sleep(point.seconds)
+    @classmethod
+    def from_env(cls) -> Failpoints:
+        """The ones ``FANBOT_FAILPOINTS`` configures for this process."""
+        return cls(failpoint_spec())
+
+    def hit(self, name: str) -> None:
+        """Trigger failpoint ``name`` if it is configured."""
+        point = self._points.get(name)
+        if point is None:
+            return
+        point.hits += 1
+        if point.hits != point.at_hit:
+            return
+        if point.action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif point.action == "raise":
+            raise FailpointError(f"failpoint {name}")
+        else:
+            time.sleep(point.seconds)

@@ -1,8 +1,11 @@
 """RQ job entry points. Each takes and returns JSON-able data.
 
-The worker launcher calls :func:`warm_up` once in each RQ worker process, so every forked
-work horse inherits ready dependencies: the stores and the model client (whose TLS set-up
-alone costs a few hundred milliseconds per job otherwise). Without it, a job builds its own.
+A job gets what it needs from the :class:`~workers.context.WorkerContext` its worker
+serves it (:func:`workers.context.current`). The launcher builds that context and calls
+:func:`warm_up` on it once, before it forks its workers, so every forked work horse
+inherits ready dependencies: the stores and the model client (whose TLS set-up alone
+costs a few hundred milliseconds per job otherwise). A job run outside a fanbot worker
+builds its own.
 
 It also does once what every run would do first (openai's lazy chat resources, the price
 table, the sandbox probe, the tools' schemas), then ``gc.freeze()``: a horse's collections
@@ -17,7 +20,6 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -25,13 +27,12 @@ import openai
 from rq import get_current_job
 
 from bot.agent.compiled import CompiledBody, preload
-from bot.agent.llm import ChatModel, fold_stream
+from bot.agent.llm import OpenAIChatModel, fold_stream
 from bot.agent.subagent import SubagentBody
 from bot.agent.subagent_types import GENERAL_PURPOSE, subagent_types, tools_for_type
 from bot.agent.tools.sandbox import sandbox_status
 from bot.agent.turn import execute_turn
 from bot.config import Settings, load_settings
-from bot.deps import Deps
 from bot.observe import tracing
 from bot.observe.job_observer import job_scope
 from bot.prices import table_cost
@@ -39,59 +40,43 @@ from bot.runs.execute import execute_run, start_run
 from bot.steps import LoopControl, LoopResult, Meter, RunBody
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE, TurnJob
 from bot.types import RunRecord
+from workers.context import WorkerContext, current
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Worked:
-    """What a job needs: the stores and the model client."""
-
-    deps: Deps
-    model: ChatModel
-
-    @classmethod
-    def build(cls, settings: Settings) -> Worked:
-        return cls(deps=Deps.build(settings), model=ChatModel(settings=settings.openai))
-
-    def close(self) -> None:
-        self.model.close()
-        self.deps.close()
-
-
-_warm: list[Worked] = []
-
-
-def warm_up(settings: Settings, *, trace: bool = True) -> Deps:
-    """Build the dependencies once in the worker process, before any horse forks (and
-    import the compiled types' runnables, so horses inherit them). The launcher warms up
-    before it forks its workers, with ``trace=False``: each worker starts tracing itself."""
-    _warm[:] = [Worked.build(settings)]
+def warm_up(settings: Settings, *, trace: bool = True) -> WorkerContext:
+    """Build the worker's context once, before any horse forks (and import the compiled
+    types' runnables, so horses inherit them). The launcher warms up before it forks its
+    workers, with ``trace=False``: each worker starts tracing itself."""
+    context = WorkerContext.build(settings)
     for problem in preload(settings):
         log.warning("%s; its runs will end with an error", problem)
     if trace:
         tracing.configure(settings, service="worker")  # each horse flushes its spans at the end
     try:
-        _prepare(_warm[0])
+        _prepare(context)
     except Exception:  # never worth a worker that does not start: the horses do it instead
         log.warning("warm-up incomplete; each run builds what is missing", exc_info=True)
     gc.freeze()
-    return _warm[0].deps
+    return context
 
 
-def _prepare(w: Worked) -> None:
+def _prepare(w: WorkerContext) -> None:
     """What each run would otherwise build in its horse, built here once for all of them."""
     settings = w.deps.settings
-    _ = w.model.client.chat.completions  # openai imports these, ~27 pydantic classes, lazily
+    if isinstance(w.model, OpenAIChatModel):
+        _ = w.model.client.chat.completions  # openai imports these, ~27 pydantic classes, lazily
     "localhost".encode("idna")  # httpx's first URL imports the codec
     sandbox_status(settings.sandbox)  # a bwrap probe, cached per process
     for sub_type in subagent_types(settings).values():
-        for tool in tools_for_type(sub_type, settings):
+        for tool in tools_for_type(sub_type, settings, mcp=w.mcp):
             tool.schema()
         # Loads the price table (30 ms, 150 ms in a busy horse) and caches the model's entry.
         table_cost(sub_type.model or settings.openai.model, prompt_tokens=1, completion_tokens=1)
     table_cost(settings.openai.model, prompt_tokens=1, completion_tokens=1)
-    _rehearse(tools=[t.schema() for t in tools_for_type(GENERAL_PURPOSE, settings)][:1])
+    general = tools_for_type(GENERAL_PURPOSE, settings, mcp=w.mcp)
+    _rehearse(tools=[t.schema() for t in general][:1])
 
 
 _CHUNK = {"id": "warm", "object": "chat.completion.chunk", "created": 0, "model": "warm"}
@@ -121,11 +106,12 @@ def _rehearse(*, tools: list[dict[str, Any]]) -> None:
 
 
 @contextmanager
-def _worked() -> Iterator[Worked]:
-    if _warm:
-        yield _warm[0]  # a forked copy in this horse; redis-py reconnects after fork
+def _worked() -> Iterator[WorkerContext]:
+    served = current()
+    if served is not None:
+        yield served  # a forked copy in this horse; redis-py reconnects after fork
         return
-    built = Worked.build(load_settings())
+    built = WorkerContext.build(load_settings())
     try:
         yield built
     finally:
@@ -136,7 +122,7 @@ def run_turn(payload: dict[str, Any]) -> dict[str, Any]:
     """Main-agent turn for one inbound message (queue ``turns``)."""
     job = TurnJob.model_validate(payload)
     with _worked() as w, job_scope(w.deps, **_turn_scope(job)):
-        text = execute_turn(w.deps, w.model, job)
+        text = execute_turn(w.deps, w.model, job, mcp=w.mcp)
     return {"session_key": job.session_key, "chars": len(text)}
 
 
@@ -154,11 +140,11 @@ def resume_subagent(run_id: str, join_id: str, approval_id: str = "") -> dict[st
     (``join_id``), or a run whose tool call a person decided (``approval_id``)."""
     with _worked() as w, job_scope(w.deps, queue=SUBAGENTS_QUEUE, run_id=run_id):
         if approval_id:
-            body = SubagentBody(deps=w.deps, model=w.model, resume_approval=approval_id)
+            body = SubagentBody(deps=w.deps, model=w.model, mcp=w.mcp, resume_approval=approval_id)
         elif not w.deps.joins.start(join_id):  # /stop cancelled it, or it already resumed
             return {"run_id": run_id, "status": "not resumed"}
         else:
-            body = SubagentBody(deps=w.deps, model=w.model, resume_join=join_id)
+            body = SubagentBody(deps=w.deps, model=w.model, mcp=w.mcp, resume_join=join_id)
         status = execute_run(w.deps, run_id, body, resume=True)
     return {"run_id": run_id, "status": status}
 
@@ -174,7 +160,7 @@ def _turn_scope(job: TurnJob) -> dict[str, Any]:
     }
 
 
-def _body(w: Worked) -> RunBody:
+def _body(w: WorkerContext) -> RunBody:
     """The run's body by its type: a compiled type's runnable, else the model's tool loop."""
 
     def body(record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
@@ -182,7 +168,7 @@ def _body(w: Worked) -> RunBody:
         chosen: RunBody = (
             CompiledBody(deps=w.deps)
             if sub_type is not None and sub_type.runnable
-            else SubagentBody(deps=w.deps, model=w.model)
+            else SubagentBody(deps=w.deps, model=w.model, mcp=w.mcp)
         )
         return chosen(record, control=control, meter=meter)
 

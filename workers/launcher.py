@@ -27,10 +27,10 @@ from typing import Any
 from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
-from bot import failpoints
 from bot.config import Settings, load_settings
 from bot.deps import Deps
 from bot.errors import ConfigError, RedisUnavailable
+from bot.failpoints import Failpoints
 from bot.logs import configure as configure_logging
 from bot.observe import tracing
 from bot.observe.serve import EndpointServer, serve_worker_endpoints
@@ -40,6 +40,7 @@ from bot.runs.stop import stop_run
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE
 from workers import jobs
 from workers.callbacks import horse_killed, worker_died
+from workers.context import WorkerContext, serving
 from workers.forked import Forked, fork_worker
 from workers.maintenance import maintenance_loop
 
@@ -78,36 +79,36 @@ def run_single(
     *,
     burst: bool = False,
     parent_pid: int | None = None,
-    warmed: Deps | None = None,
+    warmed: WorkerContext | None = None,
 ) -> None:
     """Run one RQ worker in this process until it is told to stop.
 
-    ``warmed`` are the dependencies :func:`workers.jobs.warm_up` built before this process
-    was forked; without them it warms up itself.
+    ``warmed`` is the context :func:`workers.jobs.warm_up` built before this process was
+    forked; without it the worker warms up itself.
     """
     if parent_pid is not None:
         threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
-    failpoints.hit("worker.start")  # lets a test make every worker fail at start
+    Failpoints.from_env().hit("worker.start")  # lets a test make every worker fail at start
     who = f"worker pid {os.getpid()}"
     if not wait_until_reachable(settings.redis_url, who=who):
         return
     if warmed is None:
-        deps = jobs.warm_up(settings)
+        context = jobs.warm_up(settings)
     else:
-        deps = warmed
+        context = warmed
         tracing.configure(settings, service="worker")  # not in the launcher: see run_pool
     watch = RedisWatch(
-        url=settings.redis_url, who=who, probe_key=deps.keys.redis_probe(_host_pid())
+        url=settings.redis_url, who=who, probe_key=context.deps.keys.redis_probe(_host_pid())
     )
     watch.start()
     conn = connect(settings.redis_url)
     worker = FanbotWorker(
         [Queue(q, connection=conn, serializer=JSONSerializer) for q in queues],
+        context=context,
         connection=conn,
         serializer=JSONSerializer,
         work_horse_killed_handler=horse_killed,
     )
-    worker.deps = deps
     try:
         worker.work(burst=burst, logging_level=settings.log_level, with_scheduler=False)
     finally:
@@ -115,17 +116,32 @@ def run_single(
 
 
 class FanbotWorker(Worker):
-    """An RQ worker whose warm shutdown is bounded.
+    """An RQ worker that serves its jobs a :class:`WorkerContext`, and whose warm
+    shutdown is bounded.
 
-    SIGTERM lets the current job finish (RQ's warm shutdown); a subagent run still going
-    after ``subagents.shutdown_grace_seconds`` is stopped cleanly (``stopped``, partial
-    result, a note naming the shutdown) instead of being killed into ``unknown``.
+    Every job it performs (in the forked horse) runs with ``context`` as the serving one
+    (:func:`workers.context.current`). SIGTERM lets the current job finish (RQ's warm
+    shutdown); a subagent run still going after ``subagents.shutdown_grace_seconds`` is
+    stopped cleanly (``stopped``, partial result, a note naming the shutdown) instead of
+    being killed into ``unknown``.
+
+    Args:
+        context: What the jobs use (the stores, the model client, the MCP connections).
+        *args: RQ's own, as :class:`rq.Worker` takes them.
+        **kwargs: RQ's own, as :class:`rq.Worker` takes them.
     """
 
-    deps: Deps | None = None
     _grace_timer: threading.Thread | None = None
 
     _collecting = True
+
+    def __init__(self, *args: Any, context: WorkerContext, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.context = context
+
+    def perform_job(self, job: Any, queue: Any, execution: Any) -> bool:
+        with serving(self.context):
+            return bool(super().perform_job(job, queue, execution))
 
     def execute_job(self, job: Any, queue: Any) -> None:
         # No collection in this worker while its horse runs: a collection writes into each
@@ -147,9 +163,9 @@ class FanbotWorker(Worker):
         super().main_work_horse(job, queue)
 
     def request_stop(self, signum: Any, frame: Any) -> None:
-        if self._grace_timer is None and self.deps is not None:
+        if self._grace_timer is None:
             self._grace_timer = threading.Thread(
-                target=self._stop_run_after_grace, args=(self.deps,), daemon=True
+                target=self._stop_run_after_grace, args=(self.context.deps,), daemon=True
             )
             self._grace_timer.start()
         super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
@@ -168,7 +184,7 @@ class FanbotWorker(Worker):
 
 
 def _spawn(
-    settings: Settings, queues: Sequence[str], warmed: Deps, http: EndpointServer | None
+    settings: Settings, queues: Sequence[str], warmed: WorkerContext, http: EndpointServer | None
 ) -> Forked:
     """Fork one worker from this warmed process (a session of its own: see fork_worker)."""
     parent = os.getpid()

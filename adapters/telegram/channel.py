@@ -26,7 +26,6 @@ import dataclasses
 import datetime as dtm
 import hmac
 import logging
-import os
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -76,11 +75,6 @@ from bot.text import jsonsafe
 from bot.types import Inbound, Outbound, ThreadRef
 
 log = logging.getLogger(__name__)
-
-# PTB 22 warns on every read of a time-period attribute (``RetryAfter.retry_after``, even
-# inside ``RetryAfter.__init__``) unless this opt-in to its future timedelta API is set.
-# PTB reads the variable at each access, so setting it at import is early enough.
-os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 CALLBACK_TEXT_MAX = 200  # the Bot API's limit for answerCallbackQuery's text

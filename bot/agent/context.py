@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bot.agent.llm import ChatModel
+from bot.agent.completion import ChatModel
 from bot.deps import Deps
 from bot.runs.join import JoinPlan
 from bot.types import ThreadRef

@@ -1,4 +1,5 @@
-"""One streaming chat-completions call on the ``openai`` SDK, folded into a plain result.
+"""The :class:`~bot.agent.completion.ChatModel` on the ``openai`` SDK: one streaming
+chat-completions call, folded into a plain :class:`~bot.agent.completion.Completion`.
 
 The SDK's own bounded retries (``max_retries``, honouring ``Retry-After``) handle 429/5xx.
 What comes back is data: the assistant's text, its tool calls and the token usage.
@@ -16,6 +17,7 @@ from typing import Any
 
 import openai
 
+from bot.agent.completion import ChatModel, Completion, ToolCallRequest
 from bot.config import OpenAISettings
 from bot.observe.scope import model_call as observe_model_call
 from bot.text.clip import cut_note
@@ -23,54 +25,6 @@ from bot.types import Usage
 
 OFFLINE_BASE_URL_HINT = "no model endpoint configured"
 MAX_NAME_CHARS = 256  # a tool name; real ones are short, a runaway one is cut
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolCallRequest:
-    """A tool call as the model asked for it (``arguments`` is the raw JSON string).
-
-    ``cut_chars`` > 0: the arguments were longer than the reply limit and are cut (so are
-    not valid JSON); the call must not run.
-    """
-
-    id: str
-    name: str
-    arguments: str
-    cut_chars: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Completion:
-    """One folded answer.
-
-    Attributes:
-        content: The text, ending with a cut note when the model said more than the limit.
-        tool_calls: The calls, in stream order.
-        usage: Tokens as the endpoint counted them (the whole answer, cut or not).
-        finish_reason: ``stop``, ``tool_calls``, ``length``...
-        cut_chars: Characters of text and tool arguments dropped by the limit.
-    """
-
-    content: str
-    tool_calls: tuple[ToolCallRequest, ...] = ()
-    usage: Usage = field(default_factory=Usage)
-    finish_reason: str = ""
-    cut_chars: int = 0
-
-    def as_message(self) -> dict[str, Any]:
-        """The assistant message to append to the conversation."""
-        message: dict[str, Any] = {"role": "assistant", "content": self.content or None}
-        if self.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    # Cut arguments are not JSON; the call's tool result says what happened.
-                    "function": {"name": c.name, "arguments": "{}" if c.cut_chars else c.arguments},
-                }
-                for c in self.tool_calls
-            ]
-        return message
 
 
 def retries_within(budget: float | None, per_attempt: float, configured: int) -> int:
@@ -81,8 +35,18 @@ def retries_within(budget: float | None, per_attempt: float, configured: int) ->
     return max(0, min(configured, fits))
 
 
-class ChatModel:
-    """A chat-completions client bound to one endpoint.
+__all__ = [
+    "ChatModel",
+    "Completion",
+    "OpenAIChatModel",
+    "ToolCallRequest",
+    "fold_stream",
+    "retries_within",
+]
+
+
+class OpenAIChatModel:
+    """A chat-completions client bound to one endpoint (the production :class:`ChatModel`).
 
     Args:
         settings: Endpoint, key, timeouts and retry budget.
@@ -98,6 +62,10 @@ class ChatModel:
             timeout=settings.request_timeout,
         )
         self._models: frozenset[str] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return str(self.client.base_url)
 
     def close(self) -> None:
         self.client.close()
@@ -117,9 +85,13 @@ class ChatModel:
         """Run one streamed completion; ``on_text`` gets the running count of text chars,
         ``on_chunk`` is called for every chunk (text, tool call, usage: a sign of life).
 
-        ``timeout`` bounds each HTTP attempt; ``budget`` (seconds left before the run's
+        ``timeout`` (the run's time left) caps each HTTP attempt below the configured
+        request timeout, never under a second; ``budget`` (seconds left before the run's
         deadline) bounds the SDK's retries to the attempts that still fit in it.
         """
+        attempt = self.settings.request_timeout
+        if timeout is not None:
+            attempt = max(1.0, min(attempt, timeout))
         # The messages and tools go in ``extra_body``, which the SDK sends as they are: as
         # typed parameters it first walks them against its TypedDicts (~1.2 ms a call, ~2 ms
         # on a fresh horse's first; measured). Our dicts are already wire JSON; the request
@@ -132,7 +104,7 @@ class ChatModel:
             "messages": [],
             "stream": True,
             "stream_options": {"include_usage": True},
-            "timeout": timeout or self.settings.request_timeout,
+            "timeout": attempt,
             "extra_body": body,
         }
         if thinking and thinking != "off":

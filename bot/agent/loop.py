@@ -14,8 +14,8 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 
+from bot.agent.completion import ChatModel, ToolCallRequest
 from bot.agent.context import ToolContext
-from bot.agent.llm import ChatModel, ToolCallRequest
 from bot.agent.tools import Tool, execute_tool
 from bot.errors import RunDeadline
 from bot.observe import tracing
@@ -60,7 +60,7 @@ def run_loop(
                 messages=messages,
                 tools=schemas,
                 thinking=thinking,
-                timeout=_request_timeout(control, model.settings.request_timeout),
+                timeout=_time_left(control),
                 budget=control.remaining(),
                 on_chunk=lambda: meter.touch("model output"),
             )
@@ -161,13 +161,12 @@ def _append(messages: list[Message], message: Message, control: LoopControl) -> 
     control.record(message)
 
 
-def _request_timeout(control: LoopControl, configured: float) -> float:
+def _time_left(control: LoopControl) -> float | None:
+    """Seconds before the run's soft deadline (None: no deadline), for the model call."""
     remaining = control.remaining()
-    if remaining is None:
-        return configured
-    if remaining <= 0:
+    if remaining is not None and remaining <= 0:
         raise RunDeadline("soft deadline reached")
-    return max(1.0, min(configured, remaining))
+    return remaining
 
 
 def short_args(arguments: str, limit: int = ARG_PREVIEW_CHARS) -> str:

@@ -25,13 +25,14 @@ from typing import Any
 import openai
 
 from bot.agent import structured
+from bot.agent.completion import ChatModel, ToolCallRequest
 from bot.agent.context import ToolContext
-from bot.agent.llm import ChatModel, ToolCallRequest
 from bot.agent.loop import Gate, run_calls, run_loop
 from bot.agent.model_errors import model_error_text
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import subagent_types, tools_for_type
 from bot.agent.tools import Tool
+from bot.agent.tools.mcp import McpPool
 from bot.deps import Deps
 from bot.errors import ModelCallFailed, RunFailed, RunParked
 from bot.runs.approval_gate import denied_result, needs_approval, park_for
@@ -56,6 +57,7 @@ class SubagentBody:
     Attributes:
         deps: Stores and settings.
         model: The model client.
+        mcp: The worker's MCP connections (none: no MCP tools).
         resume_join: Set when a parked orchestrator resumes: the fan-in of its children
             whose results it goes on with.
         resume_approval: Set when a run parked for a tool call's approval resumes: the
@@ -64,6 +66,7 @@ class SubagentBody:
 
     deps: Deps
     model: ChatModel
+    mcp: McpPool | None = None
     resume_join: str = ""
     resume_approval: str = ""
 
@@ -90,7 +93,7 @@ class SubagentBody:
             run_id=record.run_id,
             join=plan_run_join(deps.settings, record, record.rounds),
         )
-        tools = tools_for_type(sub_type, deps.settings)
+        tools = tools_for_type(sub_type, deps.settings, mcp=self.mcp)
         if may_nest(deps.settings, record):
             tools += [t.configured(deps.settings) for t in SESSION_TOOLS_LIST if t.name in NEST]
         max_steps = deps.settings.openai.max_steps
@@ -141,7 +144,7 @@ class SubagentBody:
                 control,
             )
         except openai.APIError as exc:
-            base_url = str(self.model.client.base_url)
+            base_url = self.model.base_url
             text = model_error_text(exc, base_url=base_url, model=record.model, detail=True)
             timed_out = isinstance(exc, openai.APITimeoutError)
             raise ModelCallFailed(text, timed_out=timed_out) from exc

@@ -14,13 +14,14 @@ import openai
 from rq.timeouts import BaseTimeoutException
 
 from bot.agent import policy
+from bot.agent.completion import ChatModel
 from bot.agent.context import ToolContext
-from bot.agent.llm import ChatModel
 from bot.agent.loop import LoopControl, Meter, run_loop
 from bot.agent.model_errors import model_error_text
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools
 from bot.agent.tools import Tool
+from bot.agent.tools.mcp import McpPool
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import BudgetExceeded, RunInterrupted
@@ -50,9 +51,12 @@ FAN_IN_OFF = "Each subagent announces its result in this thread by itself; do no
 STOPPED_IN_MODEL_CALL = f"{Icon.STOPPED} Stopped while waiting for the model."
 
 
-def main_agent_tools(settings: Settings, agent_id: str) -> list[Tool]:
-    """The main agent's tools: session tools plus every available one, by policy."""
-    pool = [*SESSION_TOOLS_LIST, *available_tools(settings)]
+def main_agent_tools(
+    settings: Settings, agent_id: str, *, mcp: McpPool | None = None
+) -> list[Tool]:
+    """The main agent's tools: session tools plus every available one, by policy (MCP
+    servers' through ``mcp``)."""
+    pool = [*SESSION_TOOLS_LIST, *available_tools(settings, mcp=mcp)]
     return policy.main_agent_tools(settings, agent_id, pool)
 
 
@@ -65,9 +69,10 @@ def system_prompt(settings: Settings, agent_id: str) -> str:
     return DEFAULT_SYSTEM_PROMPT.format(fan_in=fan_in)
 
 
-def execute_turn(deps: Deps, model: ChatModel, job: TurnJob) -> str:
+def execute_turn(deps: Deps, model: ChatModel, job: TurnJob, *, mcp: McpPool | None = None) -> str:
     """Run the turn and queue its reply; returns the reply text ("" for a continuation
-    that was cancelled or already ran)."""
+    that was cancelled or already ran). ``mcp``: the worker's MCP connections (none: no
+    MCP tools)."""
     thread = ThreadRef.from_json(job.thread)
     history = deps.history.load(job.session_key)
     user_message = _user_message(deps, job, history)
@@ -92,7 +97,7 @@ def execute_turn(deps: Deps, model: ChatModel, job: TurnJob) -> str:
     )
     deps.stops.clear_turn_stop(job.session_key)
     try:
-        text = _answer(deps, model, job, messages, ctx)
+        text = _answer(deps, model, job, messages, ctx, mcp)
         _commit(deps, job, thread, user_message, text)
     finally:
         _seal(deps, plan)
@@ -128,7 +133,12 @@ def turn_stopped(deps: Deps, job: TurnJob) -> None:
 
 
 def _answer(
-    deps: Deps, model: ChatModel, job: TurnJob, messages: list[dict[str, Any]], ctx: ToolContext
+    deps: Deps,
+    model: ChatModel,
+    job: TurnJob,
+    messages: list[dict[str, Any]],
+    ctx: ToolContext,
+    mcp: McpPool | None,
 ) -> str:
     meter = Meter()
 
@@ -146,7 +156,7 @@ def _answer(
             model=model,
             model_name=agent.model or deps.settings.openai.model,
             messages=messages,
-            tools=main_agent_tools(deps.settings, job.agent_id),
+            tools=main_agent_tools(deps.settings, job.agent_id, mcp=mcp),
             ctx=ctx,
             max_steps=deps.settings.openai.max_steps,
             meter=meter,
@@ -177,7 +187,7 @@ def _with_spawns(text: str, ctx: ToolContext) -> str:
 
 
 def _short_error(exc: openai.APIError, model: ChatModel, model_name: str) -> str:
-    return model_error_text(exc, base_url=str(model.client.base_url), model=model_name)
+    return model_error_text(exc, base_url=model.base_url, model=model_name)
 
 
 def _commit(

@@ -22,10 +22,11 @@ import openai
 import redis
 
 from bot.agent import policy
-from bot.agent.llm import ChatModel
+from bot.agent.llm import OpenAIChatModel
 from bot.agent.model_errors import model_error_text
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools, subagent_types, tools_for_type
+from bot.agent.tools.mcp import McpPool
 from bot.agent.tools.sandbox import sandbox_status
 from bot.config import Settings, config_path
 from bot.config_check import public_url
@@ -146,7 +147,7 @@ def check_model(settings: Settings) -> Check:
         return Check(name="model", ok=False,
                      detail="no endpoint (set FANBOT_OPENAI__BASE_URL or OPENAI_API_KEY); "
                      "`fanbot console` falls back to the offline demo model")  # fmt: skip
-    model = ChatModel(settings=settings.openai)
+    model = OpenAIChatModel(settings=settings.openai)
     try:
         page = model.client.with_options(max_retries=0).models.list(timeout=10.0)
         listed = frozenset(m.id for m in page.data)
@@ -159,7 +160,7 @@ def check_model(settings: Settings) -> Check:
                  f"{settings.openai.model!r} {'listed' if known else 'NOT listed'}")  # fmt: skip
 
 
-def _model_refusal(exc: openai.APIError, model: ChatModel, settings: Settings) -> str:
+def _model_refusal(exc: openai.APIError, model: OpenAIChatModel, settings: Settings) -> str:
     """``the model endpoint refused the API key (HTTP 401)`` and the like."""
     text = model_error_text(exc, base_url=str(model.client.base_url), model=settings.openai.model)
     status = getattr(exc, "status_code", None)
@@ -313,8 +314,18 @@ def platform_url(settings: Settings, platform: str) -> str:
 
 
 def check_tools(settings: Settings) -> list[Check]:
-    """The effective tool list of each agent's main turns and of each subagent type."""
-    pool = [*SESSION_TOOLS_LIST, *available_tools(settings)]
+    """The effective tool list of each agent's main turns and of each subagent type (MCP
+    servers are asked for their tools once, and their connections closed after)."""
+    mcp = McpPool()
+    try:
+        return _tool_checks(settings, mcp)
+    finally:
+        mcp.close()
+
+
+def _tool_checks(settings: Settings, mcp: McpPool) -> list[Check]:
+    available = available_tools(settings, mcp=mcp)
+    pool = [*SESSION_TOOLS_LIST, *available]
     checks = []
     for agent_id in sorted({settings.agent_id, *settings.agents}):
         names = [t.name for t in policy.main_agent_tools(settings, agent_id, pool)]
@@ -324,7 +335,7 @@ def check_tools(settings: Settings) -> list[Check]:
             detail += " (no sessions_spawn: this agent cannot fan out)"
         checks.append(Check(name=f"tools {agent_id}", ok=True, warn=not spawns, detail=detail))
     for name, sub_type in subagent_types(settings).items():
-        names = [t.name for t in tools_for_type(sub_type, settings)]
+        names = [t.name for t in tools_for_type(sub_type, settings, available)]
         checks.append(
             Check(name=f"tools type {name}", ok=True, detail=", ".join(names) or "(none)")
         )

@@ -54,12 +54,12 @@ def _settings(command: str) -> Settings:
 
 
 def _log_to(command: str, settings: Settings, path: Path | None) -> None:
-    from bot import failpoints
+    from bot.failpoints import Failpoints
     from bot.logs import configure
 
     configure(settings, path)
     try:
-        failpoints.load()
+        Failpoints.from_env()  # a typo in FANBOT_FAILPOINTS fails here, at start-up
     except ValueError as exc:
         _fail(command, exc)
 

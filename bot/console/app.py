@@ -32,13 +32,13 @@ from typing import TextIO
 
 from adapters.console.channel import ConsoleChannel
 from adapters.console.convert import LiveRun, LiveView, thread_ref
-from bot import failpoints
-from bot.config import Settings
+from bot.config import Settings, demo_delay
 from bot.console.live_runs import InFlight, in_flight, stop_in_flight, stopping_line, waiting_line
 from bot.console.procs import Interrupts, WorkerGroup
 from bot.demo import ChatServer, demo_model
 from bot.deps import Deps
-from bot.errors import ConfigError, DirectoryBusy
+from bot.errors import DirectoryBusy
+from bot.failpoints import Failpoints
 from bot.gateway.runtime import Gateway
 from bot.redis.server import RedisServer
 from bot.runs.naming import run_title
@@ -54,7 +54,6 @@ OFFLINE_BANNER = (
     "OFFLINE SCRIPTED DEMO MODEL. Answers are canned; fan-out, progress and announces are real."
 )
 WELCOME = "fanbot console — type a message; Ctrl-D to finish, Ctrl-C to quit."
-DEMO_DELAY_ENV = "FANBOT_DEMO_SUBAGENT_DELAY"
 WORKERS_GRACE = 1.5
 """Seconds the workers get to exit after Ctrl-C before they are killed."""
 DELIVERY_GRACE = 1.5
@@ -70,20 +69,6 @@ def busy_message(state: Path, pid: int | None) -> str:
         f"Another fanbot console is using {state}{who}; "
         f"use FANBOT_STATE_DIR={state}-2 for a second one."
     )
-
-
-def demo_delay(environ: Mapping[str, str]) -> float | None:
-    """``FANBOT_DEMO_SUBAGENT_DELAY`` in seconds, if set; a bad value is a config error."""
-    raw = environ.get(DEMO_DELAY_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 3600:
-        raise ConfigError(f"{DEMO_DELAY_ENV} must be a number of seconds (0-3600), not {raw!r}")
-    return value
 
 
 def live_view(
@@ -147,6 +132,7 @@ class Console:
     ) -> None:
         self.settings = settings
         self.worker_count = workers
+        self.failpoints = Failpoints.from_env()
         self.interrupts = Interrupts(on_press=self._pressed)
         self._threads = TrackedExecutor(thread_name_prefix="console")
         self.parts = _Parts()
@@ -196,22 +182,24 @@ class Console:
             env["FANBOT_REDIS_URL"] = update["redis_url"] = parts.redis.url
         if not settings.openai.configured:
             parts.demo = await self._start_demo(env)
+            update["openai"] = settings.openai.model_copy(update={"base_url": parts.demo.base_url})
         self.settings = settings = settings.model_copy(update=update)
         parts.workers = WorkerGroup.start(
             env, count=self.worker_count, log_path=state / "workers.log"
         )
-        parts.gateway = Gateway(settings=settings, adapters=[self.channel])
+        parts.gateway = Gateway(
+            settings=settings, adapters=[self.channel], failpoints=self.failpoints
+        )
         await parts.gateway.start()
         await self.channel.say(WELCOME, style="bold")
         if self.channel.interactive:
             parts.live = asyncio.create_task(self._live(parts.gateway), name="console-live")
 
     async def _start_demo(self, env: dict[str, str]) -> ChatServer:
-        delay = demo_delay(os.environ)
+        delay = demo_delay()
         model = demo_model() if delay is None else demo_model(subagent_delay=delay)
         demo = await ChatServer(model, models=[self.settings.openai.model]).start()
         env["FANBOT_OPENAI__BASE_URL"] = demo.base_url
-        self.settings.openai.base_url = demo.base_url
         await self.channel.say(OFFLINE_BANNER, style="yellow")
         return demo
 
@@ -226,7 +214,9 @@ class Console:
         }
 
     async def _snapshot(self, gateway: Gateway, *, live: bool = False) -> InFlight:
-        return await asyncio.to_thread(_read_in_flight, gateway.deps, self._sessions(), live)
+        return await asyncio.to_thread(
+            _read_in_flight, gateway.deps, self._sessions(), live, self.failpoints
+        )
 
     async def _live(self, gateway: Gateway) -> None:
         """Feed the live area: what runs, what waits and where, every half second."""
@@ -355,7 +345,9 @@ class Console:
         await self.channel.say(f"{how} in {took:.1f}s.")
 
 
-def _read_in_flight(deps: Deps, sessions: Iterable[str], live: bool) -> InFlight:
+def _read_in_flight(
+    deps: Deps, sessions: Iterable[str], live: bool, failpoints: Failpoints
+) -> InFlight:
     if live:  # a test holds a refresh here so that it is still reading as the console closes
         failpoints.hit("console.live")
     return in_flight(deps, sessions)

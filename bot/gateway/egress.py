@@ -19,23 +19,27 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from bot.config import GatewaySettings
+from bot.failpoints import Failpoints
 from bot.gateway import delivery as d
 from bot.gateway.lane import Lane, Turn
 from bot.gateway.sender import (
     REDIS_ERRORS,
     Entry,
+    FileLoader,
     Sender,
     lane_of,
     parse_entry,
     reraise_if_cancelling,
 )
+from bot.gateway.thread_opener import ThreadOpenings
 from bot.keys import Keys
+from bot.observe.gateway import GatewayObserver
 from bot.ports import OutboundChannel
 from bot.store.outbox import Outbox
 from bot.supervise.aio import cancel_all
@@ -60,6 +64,11 @@ class Egress:
         adapters: Adapter per platform name.
         settings: Retry budget, backoff, reclaim idle time.
         consumer: This gateway's consumer name (unique per process).
+        starting: Platforms whose adapter has not started yet (their entries wait).
+        files: Reads an attachment's bytes ``(session key, workspace path)``.
+        threads: Opens thread-bound children's threads.
+        observer: Counts deliveries, retries and dead letters.
+        failpoints: Where a fault test makes this process misbehave (none by default).
     """
 
     def __init__(
@@ -70,12 +79,25 @@ class Egress:
         adapters: Mapping[str, OutboundChannel],
         settings: GatewaySettings,
         consumer: str,
+        starting: Callable[[], Collection[str]] = tuple,
+        files: FileLoader | None = None,
+        threads: ThreadOpenings | None = None,
+        observer: GatewayObserver | None = None,
+        failpoints: Failpoints | None = None,
     ) -> None:
         self.outbox = Outbox(redis=redis, keys=keys)
         self.settings = settings
         self.consumer = consumer
         self.sender = Sender(
-            outbox=self.outbox, adapters=adapters, policy=d.Policy.of(settings), consumer=consumer
+            outbox=self.outbox,
+            adapters=adapters,
+            policy=d.Policy.of(settings),
+            consumer=consumer,
+            starting=starting,
+            files=files,
+            threads=threads,
+            observer=observer,
+            failpoints=failpoints,
         )
         self._lanes: dict[str, Lane[Entry]] = {}
         self._lane_tasks: dict[str, asyncio.Task[None]] = {}
@@ -246,7 +268,7 @@ class Egress:
         Entries read but not sent stay pending; dropping the liveness key lets the next
         gateway take them over at once instead of after ``alive_ttl_seconds``.
         """
-        self.sender.closing = True
+        self.sender.stop_starting()
         deadline = time.monotonic() + grace
         while self.sender.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

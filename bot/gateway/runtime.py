@@ -25,6 +25,7 @@ from bot.commands.router import CommandRouter
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import InboundBusy, RedisUnavailable
+from bot.failpoints import Failpoints
 from bot.gateway.egress import Egress
 from bot.gateway.ingress import Ingress, IngressResult
 from bot.gateway.ops import ops_routes
@@ -74,6 +75,7 @@ class Gateway:
         adapters: The channels to serve (one per platform).
         deps: Sync dependencies (built from settings when omitted).
         router: Command router (``/help`` only when omitted).
+        failpoints: Fault injection for tests (``FANBOT_FAILPOINTS`` when omitted).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class Gateway:
         adapters: Sequence[ChannelAdapter],
         deps: Deps | None = None,
         router: CommandRouter | None = None,
+        failpoints: Failpoints | None = None,
     ) -> None:
         self.settings = settings
         self.deps = deps or Deps.build(settings)
@@ -98,16 +101,21 @@ class Gateway:
             who="gateway",
             probe_key=self.deps.keys.redis_probe(self.consumer),
         )
+        # Entries for a platform whose adapter is still starting wait rather than spend
+        # their retries (an outage at start-up would dead-letter them otherwise).
+        self._starting = set(self.adapters)
         self.egress = Egress(
             redis=self.aredis,
             keys=self.deps.keys,
             adapters=self.adapters,
             settings=settings.gateway,
             consumer=self.consumer,
+            starting=lambda: self._starting,
+            files=self._workspace_file,
+            threads=ThreadOpenings(deps=self.deps, on_bound=self._rebind),
+            observer=self.observer,
+            failpoints=failpoints or Failpoints.from_env(),
         )
-        self.egress.sender.files = self._workspace_file
-        openings = self.egress.sender.threads = ThreadOpenings(deps=self.deps)
-        self.egress.sender.observer = self.observer
         self.progress = ProgressRenderer(
             redis=self.aredis,
             keys=self.deps.keys,
@@ -116,16 +124,15 @@ class Gateway:
             card_of=self._run_card,
             announcing=self.egress.announcing,
         )
-        openings.on_bound = self.progress.rebind
         self._tasks: list[asyncio.Task[None]] = []
         self._http: web.AppRunner | None = None
         self.starter = AdapterStarter(
             sink=self.ingest, urls=platform_urls(settings), on_started=self._adapter_started
         )
-        # Entries for a platform whose adapter is still starting wait rather than spend
-        # their retries (an outage at start-up would dead-letter them otherwise).
-        self._starting = set(self.adapters)
-        self.egress.sender.starting = lambda: self._starting
+
+    async def _rebind(self, run_id: str, thread: ThreadRef) -> None:
+        """A run got its thread: its status card moves there."""
+        await self.progress.rebind(run_id, thread)
 
     async def _workspace_file(self, session: str, path: str) -> bytes | None:
         """An attachment's bytes for egress (the sync store, off the event loop)."""

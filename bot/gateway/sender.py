@@ -25,8 +25,8 @@ from typing import TypeVar
 
 import redis.asyncio as aioredis
 
-from bot import failpoints
 from bot.errors import DeliveryError
+from bot.failpoints import Failpoints
 from bot.gateway import delivery as d
 from bot.gateway.lane import Turn
 from bot.gateway.thread_opener import ThreadOpenings
@@ -111,11 +111,13 @@ class Sender:
         policy: Retry budget and backoff.
         consumer: This gateway's consumer name (also the sending lock's token).
 
-    Attributes:
         starting: Platforms whose adapter has not started yet (the gateway retries them);
             their entries wait instead of spending retries.
         files: Reads an attachment's bytes ``(session key, workspace path)``; without it
             attachments are logged and left out.
+        threads: Opens thread-bound children's threads (without it, none is opened).
+        observer: Counts deliveries, retries and dead letters.
+        failpoints: Where a fault test makes this process misbehave (none by default).
     """
 
     def __init__(
@@ -125,19 +127,29 @@ class Sender:
         adapters: Mapping[str, OutboundChannel],
         policy: d.Policy,
         consumer: str,
+        starting: Callable[[], Collection[str]] = tuple,
+        files: FileLoader | None = None,
+        threads: ThreadOpenings | None = None,
+        observer: GatewayObserver | None = None,
+        failpoints: Failpoints | None = None,
     ) -> None:
         self.outbox = outbox
         self.adapters = adapters
         self.policy = policy
         self.consumer = consumer
         self.closing = False
-        self.starting: Callable[[], Collection[str]] = tuple
-        self.files: FileLoader | None = None
-        self.threads: ThreadOpenings | None = None  # opens thread-bound children's threads
+        self.starting = starting
+        self.files = files
+        self.threads = threads
         self.in_flight = 0  # sends between the first post and the delivered record
-        self.observer: GatewayObserver | None = None  # counts deliveries, retries, dead letters
+        self.observer = observer
+        self.failpoints = failpoints or Failpoints()
         self.delivered = 0
         self._keys: dict[str, asyncio.Event] = {}  # keys being settled, set when done
+
+    def stop_starting(self) -> None:
+        """Start no send from now on (the gateway closes); those in flight finish."""
+        self.closing = True
 
     @observed_delivery
     async def deliver(self, entry: Entry, turn: Turn | None = None) -> None:
@@ -252,7 +264,7 @@ class Sender:
                 copy = await progress.parent_copy if progress.parent_copy else None
                 if self.threads is not None and copy is not None:
                     await self.threads.announced(copy)  # before: a crash repeats it
-                failpoints.hit("egress.before_ack")
+                self.failpoints.hit("egress.before_ack")
                 await self.outbox.mark_delivered(
                     entry.entry_id, entry.key, list(ids), holder=self.consumer
                 )
@@ -277,7 +289,7 @@ class Sender:
             since=entry_time(entry.entry_id),
             recorder=self._recorder(entry.key),
         )
-        failpoints.hit("egress.before_send")
+        self.failpoints.hit("egress.before_send")
         progress.attempts += 1
         if not progress.counted:  # a graceful stop waits for send + record
             progress.counted = True
@@ -344,9 +356,9 @@ class Sender:
 
     def _recorder(self, key: str) -> Callable[[int, str], Awaitable[None]]:
         async def record(index: int, message_id: str) -> None:
-            failpoints.hit("egress.after_send")  # posted, not recorded: the part in doubt
+            self.failpoints.hit("egress.after_send")  # posted, not recorded: the part in doubt
             await self._until_recorded(lambda: self.outbox.record_part(key, index, message_id))
-            failpoints.hit("egress.between_parts")
+            self.failpoints.hit("egress.between_parts")
 
         return record
 

@@ -29,10 +29,15 @@ log = logging.getLogger(__name__)
 class ThreadOpenings:
     """Opens children's threads for egress (its sync stores run in a worker thread)."""
 
-    def __init__(self, *, deps: Deps) -> None:
+    def __init__(
+        self,
+        *,
+        deps: Deps,
+        on_bound: Callable[[str, ThreadRef], Awaitable[None]] | None = None,
+    ) -> None:
         self.deps = deps
         # Told when a run got its thread (the gateway moves the run's status card there).
-        self.on_bound: Callable[[str, ThreadRef], Awaitable[None]] | None = None
+        self.on_bound = on_bound
 
     async def open(self, adapter: OutboundChannel, message: Outbound) -> list[str]:
         """Settle one ``open_thread`` entry; returns the ids egress records for it."""

@@ -89,7 +89,11 @@ def _handler(endpoints: WorkerEndpoints) -> type[BaseHTTPRequestHandler]:
 class EndpointServer(ThreadingHTTPServer):
     """The server; :meth:`shutdown` also closes its socket and its Redis client."""
 
-    endpoints: WorkerEndpoints
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], *, endpoints: WorkerEndpoints) -> None:
+        super().__init__(address, _handler(endpoints))
+        self.endpoints = endpoints
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -103,9 +107,7 @@ def serve(endpoints: WorkerEndpoints, *, host: str, port: int) -> EndpointServer
     Raises:
         OSError: The address cannot be bound.
     """
-    server = EndpointServer((host, port), _handler(endpoints))
-    server.endpoints = endpoints
-    server.daemon_threads = True
+    server = EndpointServer((host, port), endpoints=endpoints)
     thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
     thread.start()
     log.info("metrics and health on http://%s:%s/metrics", host, server.server_address[1])

@@ -22,12 +22,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from bot.config import Settings
+from bot.config import Settings, otlp_traces_url
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -51,10 +50,7 @@ _state = _State()
 
 def endpoint(settings: Settings) -> str:
     """The OTLP/HTTP traces URL to export to, or "" (tracing off)."""
-    base = settings.observe.otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-    if base:
-        return base.rstrip("/") + "/v1/traces"
-    return os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+    return otlp_traces_url(settings.observe)
 
 
 def configure(settings: Settings, *, service: str, exporter: SpanExporter | None = None) -> bool:

@@ -1,7 +1,7 @@
 """Test doubles shipped with fanbot, so you can test your own bot the way fanbot tests itself.
 
 Protocol-level fakes of the platforms and the model (real SDKs talk to them over loopback
-HTTP), a scripted model, an in-memory channel, a private Redis and Synapse, the end-to-end
+HTTP), a scripted model, an in-process model for unit tests of the agent loop, an in-memory channel, a private Redis and Synapse, the end-to-end
 harness (gateway + forked workers), and waits on a condition. Importing this package
 starts nothing; every server starts when you enter it (``async with`` / ``with``).
 
@@ -17,6 +17,7 @@ from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_slack import FakeSlack
 from bot.testing.fake_telegram import FakeTelegram
+from bot.testing.function_model import FunctionModel
 from bot.testing.otlp import FakeCollector
 from bot.testing.scripted import (
     Call,
@@ -40,6 +41,7 @@ __all__ = [
     "FakeOpenAI",
     "FakeSlack",
     "FakeTelegram",
+    "FunctionModel",
     "Hang",
     "MemoryChannel",
     "RedisServer",

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 
 from bot.config import GatewaySettings
 from bot.gateway.egress import Egress
+from bot.gateway.sender import FileLoader
 from bot.keys import Keys
 from bot.ports import OutFile, PartLog
 from bot.supervise.aio import cancel_all
@@ -93,9 +94,16 @@ async def aredis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     await client.aclose()
 
 
-def gateway(client: aioredis.Redis, channel: PartsChannel, name: str) -> Egress:
+def gateway(
+    client: aioredis.Redis, channel: PartsChannel, name: str, files: FileLoader | None = None
+) -> Egress:
     return Egress(
-        redis=client, keys=KEYS, adapters={"console": channel}, settings=FAST, consumer=name
+        redis=client,
+        keys=KEYS,
+        adapters={"console": channel},
+        settings=FAST,
+        consumer=name,
+        files=files,
     )
 
 
@@ -226,16 +234,14 @@ async def test_a_takeover_never_uploads_a_posted_attachment_again(aredis: aiored
         return path.encode()
 
     first_channel = FilesChannel(thread, stall_file=1)  # dies uploading b.txt
-    first = gateway(aredis, first_channel, "gw-a")
-    first.sender.files = files
+    first = gateway(aredis, first_channel, "gw-a", files)
     first_task = asyncio.create_task(first.run())
     await asyncio.wait_for(first_channel.stalled.wait(), 10)
     await crash(first, first_task)
     assert first_channel.uploads == ["a.txt"]
 
     second_channel = FilesChannel(thread)
-    second = gateway(aredis, second_channel, "gw-b")
-    second.sender.files = files
+    second = gateway(aredis, second_channel, "gw-b", files)
     second_task = asyncio.create_task(second.run())
     try:
         await until(second.drained, timeout=15)

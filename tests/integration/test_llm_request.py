@@ -1,4 +1,4 @@
-"""The request :class:`bot.agent.llm.ChatModel` sends, as the (fake) server receives it."""
+"""The request :class:`bot.agent.llm.OpenAIChatModel` sends, as the (fake) server receives it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 from pydantic import SecretStr
 
-from bot.agent.llm import ChatModel
+from bot.agent.llm import OpenAIChatModel
 from bot.config import OpenAISettings
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.scripted import ScriptedModel, Text
@@ -49,7 +49,7 @@ async def test_messages_and_tools_reach_the_server_exactly_with_the_key() -> Non
             base_url=fake.base_url, model="fake-model", api_key=SecretStr("sk-test"),
             max_output_tokens=300,
         )  # fmt: skip
-        model = ChatModel(settings=settings)
+        model = OpenAIChatModel(settings=settings)
         try:
             done = await asyncio.to_thread(
                 model.complete, model="fake-model", messages=MESSAGES, tools=TOOLS, thinking="low"
@@ -69,7 +69,7 @@ async def test_messages_and_tools_reach_the_server_exactly_with_the_key() -> Non
 
 async def test_no_tools_sends_no_tools_key() -> None:
     async with FakeOpenAI(ScriptedModel(default=Text("hi")), models=["fake-model"]) as fake:
-        model = ChatModel(settings=OpenAISettings(base_url=fake.base_url, model="fake-model"))
+        model = OpenAIChatModel(settings=OpenAISettings(base_url=fake.base_url, model="fake-model"))
         try:
             await asyncio.to_thread(model.complete, model="fake-model", messages=MESSAGES[:2])
         finally:

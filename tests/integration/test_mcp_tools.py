@@ -27,7 +27,7 @@ import pytest
 
 from bot.agent.context import ToolContext
 from bot.agent.tools import Tool, execute_tool
-from bot.agent.tools.mcp import McpCall, close_all, mcp_tools
+from bot.agent.tools.mcp import McpCall, McpPool, mcp_tools
 from bot.config import McpServer, Settings
 from bot.deps import Deps
 from bot.testing.netutil import free_port
@@ -74,8 +74,9 @@ def tools(http_calc: str) -> Iterator[dict[str, Tool]]:
         calc={"command": CALC, "timeout_seconds": TIMEOUT},
         web={**web, "timeout_seconds": TIMEOUT},
     )
-    yield {t.name: t for t in mcp_tools(configured)}
-    close_all()
+    pool = McpPool()
+    yield {t.name: t for t in mcp_tools(configured, pool)}
+    pool.close()
 
 
 @pytest.fixture
@@ -150,13 +151,15 @@ def test_servers_that_cannot_be_reached_are_not_offered_and_do_not_hang(
         exits={"command": [sys.executable, "-c", "pass"]},
         stuck={"command": [*CALC, "--hang-at-start"], "timeout_seconds": 1.5},
     )
+    pool = McpPool()
     with caplog.at_level(logging.WARNING, logger="bot.agent.tools.mcp_clients"):
         started = time.monotonic()
-        assert mcp_tools(broken) == []
+        assert mcp_tools(broken, pool) == []
         assert time.monotonic() - started < 1.5 + 2
         started = time.monotonic()
-        assert mcp_tools(broken) == []  # not retried at once: no wait, no second warning
+        assert mcp_tools(broken, pool) == []  # not retried at once: no wait, no second warning
         assert time.monotonic() - started < 0.5
+    pool.close()
     warnings = sorted(r.getMessage() for r in caplog.records)
     assert len(warnings) == 4
     assert warnings[0].startswith("MCP server closed is not reachable: ConnectError")
@@ -169,9 +172,11 @@ def test_servers_that_cannot_be_reached_are_not_offered_and_do_not_hang(
 
 
 def test_a_call_to_a_server_that_cannot_start_says_so() -> None:
-    run = McpCall("calc", McpServer(command=["/nonexistent/mcp-server"]), "add")
+    pool = McpPool()
+    run = McpCall("calc", McpServer(command=["/nonexistent/mcp-server"]), "add", pool)
     tools = {"calc__add": Tool(name="calc__add", description="", run=run, schema_json={})}
     out = call(tools, None, "calc__add")
+    pool.close()
     assert out == "error: calc is not reachable: command '/nonexistent/mcp-server' not found"
 
 
@@ -193,7 +198,8 @@ def test_a_forked_child_never_uses_its_parents_connection(tools: dict[str, Tool]
 
 
 def _block_then_die(results: Any) -> None:
-    tools = {t.name: t for t in mcp_tools(settings(calc={"command": CALC, "timeout_seconds": 30}))}
+    configured = settings(calc={"command": CALC, "timeout_seconds": 30})
+    tools = {t.name: t for t in mcp_tools(configured, McpPool())}
     results.put(call(tools, None, "calc__pid"))
     threading.Thread(target=call, args=(tools, None, "calc__block"), daemon=True).start()
     time.sleep(0.3)

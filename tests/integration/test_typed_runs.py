@@ -1,4 +1,4 @@
-"""Subagent types through the real lifecycle and a fake model over HTTP: structured results
+"""Subagent types through the real lifecycle and an in-process model: structured results
 (one correction turn), forked context, and what spawning records (type, timeout, model)."""
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 
-from bot.agent.llm import ChatModel
 from bot.agent.subagent import SubagentBody
 from bot.agent.turn import execute_turn
 from bot.config import Settings
 from bot.deps import Deps
 from bot.runs.execute import execute_run
 from bot.runs.spawn import SpawnRequest, spawn_run
-from bot.testing.fake_openai import FakeOpenAI
+from bot.testing.function_model import FunctionModel
 from bot.testing.scripted import Call, ChatRequest, ScriptedModel, Text, ToolCalls
 from bot.types import ResultFormat, RunContext, RunRecord, RunStatus, ThreadRef
 from tests.integration.test_finalize import make_run
@@ -47,18 +46,15 @@ def deps_for(redis_url: str, base_url: str = "http://127.0.0.1:9/v1") -> Deps:
 async def run_typed(
     redis_url: str, script: ScriptedModel, type_name: str, **fields: Any
 ) -> tuple[RunRecord, list[ChatRequest]]:
-    async with FakeOpenAI(script, models=["fake-model"]) as fake:
-        deps = deps_for(redis_url, fake.base_url)
-        model = ChatModel(settings=deps.settings.openai)
-        make_run(deps, "r1", subagent_type=type_name, task="the task", model="fake-model", **fields)
-        body = SubagentBody(deps=deps, model=model)
-        await asyncio.to_thread(execute_run, deps, "r1", body)
-        record = deps.runs.get("r1")
-        model.close()
-        deps.close()
-        requests = [ChatRequest.from_body(r.body) for r in fake.requests]
+    model = FunctionModel(script, models=["fake-model"])
+    deps = deps_for(redis_url)
+    make_run(deps, "r1", subagent_type=type_name, task="the task", model="fake-model", **fields)
+    body = SubagentBody(deps=deps, model=model)
+    await asyncio.to_thread(execute_run, deps, "r1", body)
+    record = deps.runs.get("r1")
+    deps.close()
     assert record is not None
-    return record, requests
+    return record, model.requests
 
 
 async def test_a_matching_structured_answer_is_stored_as_normalized_json(redis_url: str) -> None:
@@ -155,14 +151,12 @@ async def test_a_turn_that_spawns_a_forked_run_hands_it_the_turns_message(
     script = ScriptedModel(default=Text("Started.")).on(
         lambda r: r.has_tool("sessions_spawn") and r.last_role == "user", spawn_call, times=1
     )
-    async with FakeOpenAI(script, models=["fake-model"]) as fake:
-        deps = deps_for(redis_url, fake.base_url)
-        model = ChatModel(settings=deps.settings.openai)
-        job = turn_job(session_key=SESSION, text="compare these two offers")
-        await asyncio.to_thread(execute_turn, deps, model, job)
-        (run,) = deps.runs.session_runs(SESSION)
-        model.close()
-        deps.close()
+    deps = deps_for(redis_url)
+    model = FunctionModel(script, models=["fake-model"])
+    job = turn_job(session_key=SESSION, text="compare these two offers")
+    await asyncio.to_thread(execute_turn, deps, model, job)
+    (run,) = deps.runs.session_runs(SESSION)
+    deps.close()
     assert run.context is RunContext.FORK
     assert run.fork_message == "Alice: compare these two offers"
 

@@ -21,13 +21,15 @@ SCRIPT = textwrap.dedent(
     import json, sys
     from bot.config import load_settings
     from workers import jobs, launcher  # what `python -m workers` imports
+    from workers.context import serving
     from tests.integration.test_finalize import make_run
 
     settings = load_settings()
-    deps = jobs.warm_up(settings, trace=False)
-    make_run(deps, "r1", task="say hi", model="fake-model")
+    context = jobs.warm_up(settings, trace=False)
+    make_run(context.deps, "r1", task="say hi", model="fake-model")
     before = set(sys.modules)
-    result = jobs.run_subagent("r1")
+    with serving(context):  # as the worker serves each job
+        result = jobs.run_subagent("r1")
     print(json.dumps({"status": result["status"], "new": sorted(set(sys.modules) - before)}))
     """
 )

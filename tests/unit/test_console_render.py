@@ -19,7 +19,8 @@ from adapters.console.convert import (
     thread_usage,
 )
 from adapters.console.richtext import announce_parts, renderable, to_ansi
-from bot.console.app import busy_message, demo_delay, live_view
+from bot.config import demo_delay
+from bot.console.app import busy_message, live_view
 from bot.console.live_runs import InFlight, ours, stopping_line, waiting_line
 from bot.errors import ConfigError
 from bot.text.units import duration

@@ -21,10 +21,10 @@ def test_bad_specs_name_the_variable(bad: str) -> None:
         failpoints.parse(bad)
 
 
-def test_raise_fires_on_the_configured_hit_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(failpoints, "_points", failpoints.parse("p=raise@2"))
-    failpoints.hit("p")
+def test_raise_fires_on_the_configured_hit_only() -> None:
+    points = failpoints.Failpoints("p=raise@2")
+    points.hit("p")
     with pytest.raises(failpoints.FailpointError):
-        failpoints.hit("p")
-    failpoints.hit("p")  # only the second hit fires
-    failpoints.hit("unconfigured")
+        points.hit("p")
+    points.hit("p")  # only the second hit fires
+    points.hit("unconfigured")

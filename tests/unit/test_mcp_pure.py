@@ -14,7 +14,7 @@ import pytest
 from mcp import types
 
 from bot.agent.tools import Tool, execute_tool
-from bot.agent.tools.mcp import model_names, server_tools
+from bot.agent.tools.mcp import McpPool, model_names, server_tools
 from bot.agent.tools.mcp_clients import render
 from bot.config import McpServer, Settings, load_settings
 from bot.errors import ConfigError, ToolError
@@ -57,7 +57,7 @@ def test_a_servers_tools_honour_its_allow_list_and_skip_unusable_schemas() -> No
         _listed("bad", {"type": "objekt"}),
         _listed("scalar", {"type": "string"}),
     ]
-    tools = server_tools("calc", server, listed)
+    tools = server_tools("calc", server, listed, McpPool())
     assert [t.name for t in tools] == ["calc__add"]
     assert tools[0].schema()["function"]["parameters"]["properties"] == {"a": {"type": "integer"}}
 

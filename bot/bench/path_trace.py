@@ -82,8 +82,9 @@ class InProcessWorker:
         from rq.timeouts import TimerDeathPenalty
 
         from workers import jobs, launcher
+        from workers.context import serving
 
-        jobs.warm_up(self.settings, trace=False)
+        context = jobs.warm_up(self.settings, trace=False)
 
         class Worker(SimpleWorker):
             death_penalty_class = TimerDeathPenalty  # SIGALRM works in the main thread only
@@ -95,10 +96,12 @@ class InProcessWorker:
         names = launcher.DEFAULT_QUEUES
         queues = [Queue(n, connection=conn, serializer=JSONSerializer) for n in names]
         worker = Worker(queues, connection=conn, serializer=JSONSerializer)
-        while not self.stopping.is_set():
-            worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
-            self.stopping.wait(0.02)
+        with serving(context):
+            while not self.stopping.is_set():
+                worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+                self.stopping.wait(0.02)
         conn.close()
+        context.close()
 
     def start(self) -> None:
         self.thread.start()

@@ -1,8 +1,10 @@
 """Ending a run: compute cost, render the announce, and make the one terminal transition.
 
-Every path that can end a run calls :func:`finalize_run`: the job itself, RQ's failure and
-stop callbacks, the horse-killed handler, the reaper and the stop command. Only the first
-call changes anything (the Lua compare-and-set in :mod:`bot.store.runs`). It needs the
+Every path that can end a run calls :func:`finalize_run` (or :func:`end_run` with the
+record it read already): the job itself, RQ's failure and stop callbacks, the horse-killed
+handler, the reaper and the stop command. This module only prepares what to write; whether
+anything is written is decided once, by the compare-and-set of the finalize script
+(:mod:`bot.store.finalize_script`), so only the first call changes anything. It needs the
 stores only (no model client), so a backup finalizer is cheap.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass
 
 from bot.deps import Deps
 from bot.observe import record as observed
@@ -34,7 +37,15 @@ from bot.types import Cleanup, Outbound, OutboundKind, RunRecord, RunStatus, Usa
 log = logging.getLogger(__name__)
 
 
-@tracing.traced("finalize")
+@dataclass(frozen=True, kw_only=True)
+class StopMarks:
+    """What a stop writes in the same script as the transition (whether or not it ends
+    the run): the run's stop flag, and ``recheck_at``, when the sweep re-checks its hard
+    stop (None: no hard stop was sent)."""
+
+    recheck_at: float | None = None
+
+
 def finalize_run(
     deps: Deps,
     run_id: str,
@@ -51,8 +62,28 @@ def finalize_run(
     ``tools``: the run's tool call count, saved by the same script (``None``: as saved).
     """
     record = deps.runs.get(run_id)
-    if record is None or record.status.terminal:
+    if record is None:
         return False
+    return end_run(
+        deps, record, status=status, result=result, notes=notes, usage=usage, tools=tools
+    )
+
+
+@tracing.traced("finalize")
+def end_run(
+    deps: Deps,
+    record: RunRecord,
+    *,
+    status: RunStatus,
+    result: str | None = None,
+    notes: str = "",
+    usage: Usage | None = None,
+    tools: int | None = None,
+    stop: StopMarks | None = None,
+) -> bool:
+    """:func:`finalize_run` for a ``record`` read already (it is not read again); the
+    script decides whether it still ends (True if this call ended it). ``stop``: a stop's
+    own writes, made by the same script either way."""
     ended_at = time.time()
     usage = usage or record.usage
     record = dataclasses.replace(
@@ -89,6 +120,8 @@ def finalize_run(
         archive_at=_archive_at(deps, record, ended_at),
         extra=_usage_fields(record) | ({} if tools is None else {TOOLS_FIELD: tools}),
         ended_at=ended_at,
+        raise_stop=stop is not None,
+        recheck_at=stop.recheck_at if stop is not None else None,
     )
     done = deps.runs.finalize(
         record,
@@ -97,7 +130,7 @@ def finalize_run(
         join_grace=deps.joins.grace_seconds,
     )
     if done:
-        log.info("run %s ended %s", run_id, status.value)
+        log.info("run %s ended %s", record.run_id, status.value)
         observed.run_ended(deps, record, status, ended_at)
         last = final_event(deps, record, status=status, ended_at=ended_at, quiet=quiet)
         put_progress(deps.redis, deps.keys, last)
@@ -144,6 +177,7 @@ def _announce(
         text=body,
         kind=OutboundKind.ANNOUNCE,
         idempotency_key=f"announce:{record.run_id}",
+        run_id=record.run_id,
         attachments=files,
         workspace=record.session_key if files else "",
         traceparent=tracing.traceparent() or record.traceparent,

@@ -20,6 +20,7 @@ import redis
 import redis.asyncio as aioredis
 
 from bot.keys import Keys
+from bot.store.lua_parts import Fragment, Part
 from bot.types import Outbound
 
 GROUP = "gateway"
@@ -71,6 +72,26 @@ def put_outbound(client: redis.Redis, keys: Keys, message: Outbound) -> str:
     """Queue ``message`` for delivery; returns the stream entry id."""
     entry = client.xadd(keys.outbox, encode(message))  # type: ignore[arg-type]
     return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+
+PUT_OUTBOUND = Fragment(
+    name="put_outbound",
+    keys=1,
+    args=1,
+    lua="""
+local function put_outbound(k, a)
+  if a[1] ~= '' then redis.call('XADD', k[1], '*', 'data', a[1]) end
+end
+""",
+)
+""":func:`put_outbound` as a piece of a script spanning owners (``a[1]``: the encoded entry,
+``""`` = none); see :mod:`bot.store.lua_parts`."""
+
+
+def put_outbound_part(keys: Keys, message: Outbound | None) -> Part:
+    """:data:`PUT_OUTBOUND`'s part for queueing ``message`` (None: queue nothing)."""
+    data = encode(message)["data"] if message is not None else ""
+    return Part(fragment=PUT_OUTBOUND, keys=(keys.outbox,), args=(data,))
 
 
 def posted_part(client: redis.Redis, keys: Keys, key: str, index: int = 0) -> str | None:

@@ -21,7 +21,6 @@ from bot.observe import tracing
 from bot.runs.join import after_last_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import announce_files
-from bot.runs.progress_lines import TOOLS_FIELD, final_event
 from bot.runs.render import (
     ANNOUNCE_SKIP,
     estimate_cost,
@@ -30,8 +29,7 @@ from bot.runs.render import (
     render_compact_card,
 )
 from bot.runs.send import settle_leftovers
-from bot.store.runs import Finalization
-from bot.store.streams import put_progress
+from bot.store.runs import TOOLS_FIELD, Finalization
 from bot.types import Cleanup, Outbound, OutboundKind, RunRecord, RunStatus, Usage
 
 log = logging.getLogger(__name__)
@@ -121,6 +119,7 @@ def end_run(
         extra=_usage_fields(record) | ({} if tools is None else {TOOLS_FIELD: tools}),
         ended_at=ended_at,
         raise_stop=stop is not None,
+        quiet=quiet,
         recheck_at=stop.recheck_at if stop is not None else None,
     )
     done = deps.runs.finalize(
@@ -132,9 +131,7 @@ def end_run(
     if done:
         log.info("run %s ended %s", record.run_id, status.value)
         observed.run_ended(deps, record, status, ended_at)
-        last = final_event(deps, record, status=status, ended_at=ended_at, quiet=quiet)
-        put_progress(deps.redis, deps.keys, last)
-        after_slot_freed(deps)
+        after_slot_freed(deps, left_line=record.status is RunStatus.QUEUED)
         # Steering it never read starts a follow-up (after the announce, so it reads next).
         settle_leftovers(deps, dataclasses.replace(record, status=status))
     if done == 2:

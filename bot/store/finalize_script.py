@@ -21,6 +21,8 @@ step               owner (fragment)                   writes
 ``put_outbound``   :mod:`bot.store.outbox`            the announce, on the outbox stream
 ``append_history`` :mod:`bot.store.history`           the result, on the requester's history
 ``free_slot``      :mod:`bot.store.fair`              the run's job leaves ``fair:slots``
+``put_final_...``  :mod:`bot.store.progress`          the run's last event on its status card,
+                   (``FINAL_PROGRESS``)               with the tool count ``end_run`` returns
 ``leave_join``     :mod:`bot.store.joins`             the run leaves its fan-in, firing it if it
                                                       was the last pending run
 =================  =================================  ==========================================
@@ -43,6 +45,7 @@ from bot.store.history import APPEND_HISTORY
 from bot.store.joins import LEAVE_JOIN
 from bot.store.lua_parts import Fragment, Part, call, flatten
 from bot.store.outbox import PUT_OUTBOUND
+from bot.store.progress import FINAL_PROGRESS
 from bot.store.stops import RECHECK_RUN
 
 
@@ -55,28 +58,48 @@ class FinalizeParts:
     announce: Part
     history: Part
     slot: Part
+    progress: Part
     join: Part
 
     def ordered(self) -> tuple[Part, ...]:
-        return (self.recheck, self.end, self.announce, self.history, self.slot, self.join)
+        return (
+            self.recheck,
+            self.end,
+            self.announce,
+            self.history,
+            self.slot,
+            self.progress,
+            self.join,
+        )
 
 
 def steps(end_run: Fragment) -> tuple[Fragment, ...]:
     """The fragments, in the order the script calls them and lays out their keys."""
-    return (RECHECK_RUN, end_run, PUT_OUTBOUND, APPEND_HISTORY, FREE_SLOT, LEAVE_JOIN)
+    return (
+        RECHECK_RUN,
+        end_run,
+        PUT_OUTBOUND,
+        APPEND_HISTORY,
+        FREE_SLOT,
+        FINAL_PROGRESS,
+        LEAVE_JOIN,
+    )
 
 
 def assemble(end_run: Fragment) -> str:
     """The script's Lua: every fragment, then the body calling them in order."""
     calls, key_at, arg_at = [], 1, 1
     for fragment in steps(end_run):
-        calls.append(call(fragment, key_at=key_at, arg_at=arg_at))
+        extra = "tools" if fragment is FINAL_PROGRESS else ""
+        calls.append(call(fragment, key_at=key_at, arg_at=arg_at, extra=extra))
         key_at, arg_at = key_at + fragment.keys, arg_at + fragment.args
-    recheck, end, announce, history, slot, join = calls
+    recheck, end, announce, history, slot, progress, join = calls
     body = (
         f"{recheck}\n"
-        f"if {end} == 0 then return 0 end\n"
+        f"local ended, tools = {end}\n"
+        "if ended == 0 then return 0 end\n"
         f"{announce}\n{history}\n{slot}\n"
+        f"{progress}\n"
         f"return 1 + {join}\n"
     )
     return "".join(fragment.lua for fragment in steps(end_run)) + body

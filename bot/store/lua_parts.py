@@ -49,12 +49,14 @@ class Part:
             )
 
 
-def call(fragment: Fragment, *, key_at: int, arg_at: int) -> str:
+def call(fragment: Fragment, *, key_at: int, arg_at: int, extra: str = "") -> str:
     """The Lua call of ``fragment`` with its keys from ``KEYS[key_at]`` and its arguments
-    from ``ARGV[arg_at]`` on (1-based, as Lua counts)."""
+    from ``ARGV[arg_at]`` on (1-based, as Lua counts); ``extra``: more Lua arguments, values
+    an earlier step returned."""
     keys = ", ".join(f"KEYS[{key_at + i}]" for i in range(fragment.keys))
     args = ", ".join(f"ARGV[{arg_at + i}]" for i in range(fragment.args))
-    return f"{fragment.name}({{{keys}}}, {{{args}}})"
+    more = f", {extra}" if extra else ""
+    return f"{fragment.name}({{{keys}}}, {{{args}}}{more})"
 
 
 def flatten(parts: tuple[Part, ...]) -> tuple[list[str], list[Arg]]:

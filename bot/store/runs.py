@@ -25,7 +25,7 @@ from bot.store.history import append_history_part
 from bot.store.joins import JOIN_TTL_SECONDS, leave_join_part
 from bot.store.lua_parts import Fragment, Part
 from bot.store.outbox import put_outbound_part
-from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA
+from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA, final_progress_part
 from bot.store.run_codec import decode_record, encode_record
 from bot.store.stops import recheck_run_part
 from bot.store.workspace import HASHES_LUA
@@ -46,7 +46,7 @@ STOP_FLAG_TTL = 86_400
 END_RUN = Fragment(
     name="end_run",
     keys=5,
-    args=6,
+    args=7,
     lua="""
 local function end_run(k, a)
   if k[5] ~= '' then redis.call('SET', k[5], '1', 'EX', a[6]) end
@@ -60,7 +60,9 @@ local function end_run(k, a)
   redis.call('SREM', k[2], a[3])
   redis.call('DEL', k[3])
   if a[4] ~= '' then redis.call('ZADD', k[4], a[4], a[3]) end
-  return 1
+  local tools = redis.call('HGET', k[1], a[7])
+  if not tools or not string.match(tools, '^%d+$') then tools = '0' end
+  return 1, tools
 end
 """,
 )
@@ -68,9 +70,13 @@ end
 compare-and-set to terminal, which is the only decision. KEYS: the run hash, the active set,
 its heartbeat, ``archive_due``, its stop flag ("" = do not raise it). ARGV: the status,
 ``ended_at``, the run id, when to archive ("" = never), more fields as a flat JSON list of
-strings, the stop flag's TTL. The flag is raised whether or not the run ends here (a stop
-that lost the race to the run's own end still asks its job to stop). Returns 1 if it ended
-the run."""
+strings, the stop flag's TTL, :data:`TOOLS_FIELD`. The flag is raised whether or not the run
+ends here (a stop that lost the race to the run's own end still asks its job to stop).
+Returns 1 and the run's saved tool count if it ended the run, else 0."""
+
+TOOLS_FIELD = "tool_calls"
+"""Run-hash field with the run's tool calls so far (not a :class:`RunRecord` field); the
+finalize script puts it on the run's last progress event."""
 
 _CREATE_JOINED = """
 local joined = 0
@@ -199,6 +205,8 @@ class Finalization:
             ended meanwhile, as a stop always did).
         recheck_at: When the maintenance sweep re-checks the run's hard stop (a stop whose
             job executes; None: no re-check). Also written either way.
+        quiet: The run announces nothing (``ANNOUNCE_SKIP``): its last progress event
+            takes its status card away.
     """
 
     status: RunStatus
@@ -211,6 +219,7 @@ class Finalization:
     ended_at: float = field(default_factory=time.time)
     raise_stop: bool = False
     recheck_at: float | None = None
+    quiet: bool = False
 
 
 class RunsRegistry:
@@ -472,6 +481,7 @@ class RunsRegistry:
         """Atomically end ``record``'s run: 0 if it had ended already, 1 if this call ended
         it, 2 if that also fired its join (it was the join's last pending run). The script's
         compare-and-set is the decision (:mod:`bot.store.finalize_script`)."""
+        started = record.started_at
         parts = FinalizeParts(
             recheck=recheck_run_part(self.keys, record.run_id, at=outcome.recheck_at),
             end=self._end_part(record, outcome),
@@ -483,6 +493,15 @@ class RunsRegistry:
                 max_messages=self.history_max,
             ),
             slot=free_slot_part(slot_key or "", record.job_id),
+            progress=final_progress_part(
+                self.keys,
+                run_id=record.run_id,
+                thread=record.thread,
+                status=outcome.status.value,
+                ts=outcome.ended_at,
+                elapsed=None if started is None else outcome.ended_at - started,
+                quiet=outcome.quiet,
+            ),
             join=leave_join_part(
                 self.keys,
                 record.join_id,
@@ -513,5 +532,6 @@ class RunsRegistry:
             outcome.archive_at if outcome.archive_at is not None else "",
             json.dumps(fields),
             STOP_FLAG_TTL,
+            TOOLS_FIELD,
         )
         return Part(fragment=END_RUN, keys=keys, args=args)

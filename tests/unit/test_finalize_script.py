@@ -12,15 +12,17 @@ from bot.store.runs import END_RUN
 def test_each_fragment_reaches_only_its_own_keys_and_args() -> None:
     for fragment in steps(END_RUN):
         assert "KEYS[" not in fragment.lua and "ARGV[" not in fragment.lua, fragment.name
-        assert f"local function {fragment.name}(k, a)" in fragment.lua
+        assert f"local function {fragment.name}(k, a" in fragment.lua
 
 
 def test_the_body_lays_the_fragments_out_in_order() -> None:
     lua = assemble(END_RUN)
     assert "recheck_run({KEYS[1]}, {ARGV[1], ARGV[2]})" in lua
-    assert "if end_run({KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, {ARGV[3]," in lua
-    assert "return 1 + leave_join({KEYS[10], KEYS[11], KEYS[12], KEYS[13]}" in lua
-    assert sum(f.keys for f in steps(END_RUN)) == 13
+    assert "local ended, tools = end_run({KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}" in lua
+    assert "put_final_progress({KEYS[10]}, {ARGV[14], ARGV[15]," in lua
+    assert "ARGV[20]}, tools)" in lua  # the tool count end_run read from the run's hash
+    assert "return 1 + leave_join({KEYS[11], KEYS[12], KEYS[13], KEYS[14]}" in lua
+    assert sum(f.keys for f in steps(END_RUN)) == 14
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from bot.deps import Deps
-from bot.observe import record as observed
+from bot.observe import metric_defs as catalog
 from bot.observe import tracing
 from bot.runs.join import after_last_run
 from bot.runs.line import after_slot_freed
@@ -120,23 +120,24 @@ def end_run(
         ended_at=ended_at,
         raise_stop=stop is not None,
         quiet=quiet,
+        metrics=tuple(catalog.run_ended(record, status, ended_at=ended_at)),
         recheck_at=stop.recheck_at if stop is not None else None,
     )
-    done = deps.runs.finalize(
+    ended = deps.runs.end(
         record,
         outcome,
         slot_key=deps.jobs.subagent_slot_key(),
         join_grace=deps.joins.grace_seconds,
     )
-    if done:
+    if ended.code:
         log.info("run %s ended %s", record.run_id, status.value)
-        observed.run_ended(deps, record, status, ended_at)
         after_slot_freed(deps, left_line=record.status is RunStatus.QUEUED)
         # Steering it never read starts a follow-up (after the announce, so it reads next).
-        settle_leftovers(deps, dataclasses.replace(record, status=status))
-    if done == 2:
+        ended_record = dataclasses.replace(record, status=status)
+        settle_leftovers(deps, ended_record, items=ended.leftovers)
+    if ended.code == 2:
         after_last_run(deps, record.join_id)
-    return bool(done)
+    return bool(ended.code)
 
 
 def _notes(record: RunRecord, notes: str) -> str:

@@ -1,4 +1,4 @@
-"""The finalize script: a run's terminal transition, one atomic Lua script over six owners.
+"""The finalize script: a run's terminal transition, one atomic Lua script over eight owners.
 
 Every path that ends a run (the job, RQ's callbacks, the reaper, a stop) calls it; only
 the first call changes anything. The decision is the script's compare-and-set of the run's
@@ -23,12 +23,14 @@ step               owner (fragment)                   writes
 ``free_slot``      :mod:`bot.store.fair`              the run's job leaves ``fair:slots``
 ``put_final_...``  :mod:`bot.store.progress`          the run's last event on its status card,
                    (``FINAL_PROGRESS``)               with the tool count ``end_run`` returns
+``apply_metrics``  :mod:`bot.store.metrics`           the run's end in the cluster's metrics
 ``leave_join``     :mod:`bot.store.joins`             the run leaves its fan-in, firing it if it
                                                       was the last pending run
 =================  =================================  ==========================================
 
 Returns 0 when the run had ended already (nothing after the decision ran), 1 when this
-call ended it, 2 when that also fired its join. One round trip, as before the split.
+call ended it, 2 when that also fired its join; with the messages the run never read
+(``end_run`` takes them from its inbox: they go to a follow-up run). One round trip.
 
 The runs registry builds this script (it registers and calls it), so it hands its own
 fragment to :class:`FinalizeScript` rather than this module importing the registry.
@@ -44,6 +46,7 @@ from bot.store.fair import FREE_SLOT
 from bot.store.history import APPEND_HISTORY
 from bot.store.joins import LEAVE_JOIN
 from bot.store.lua_parts import Fragment, Part, call, flatten
+from bot.store.metrics import APPLY_METRICS
 from bot.store.outbox import PUT_OUTBOUND
 from bot.store.progress import FINAL_PROGRESS
 from bot.store.stops import RECHECK_RUN
@@ -59,6 +62,7 @@ class FinalizeParts:
     history: Part
     slot: Part
     progress: Part
+    metrics: Part
     join: Part
 
     def ordered(self) -> tuple[Part, ...]:
@@ -69,6 +73,7 @@ class FinalizeParts:
             self.history,
             self.slot,
             self.progress,
+            self.metrics,
             self.join,
         )
 
@@ -82,6 +87,7 @@ def steps(end_run: Fragment) -> tuple[Fragment, ...]:
         APPEND_HISTORY,
         FREE_SLOT,
         FINAL_PROGRESS,
+        APPLY_METRICS,
         LEAVE_JOIN,
     )
 
@@ -93,14 +99,14 @@ def assemble(end_run: Fragment) -> str:
         extra = "tools" if fragment is FINAL_PROGRESS else ""
         calls.append(call(fragment, key_at=key_at, arg_at=arg_at, extra=extra))
         key_at, arg_at = key_at + fragment.keys, arg_at + fragment.args
-    recheck, end, announce, history, slot, progress, join = calls
+    recheck, end, announce, history, slot, progress, metrics, join = calls
     body = (
         f"{recheck}\n"
-        f"local ended, tools = {end}\n"
-        "if ended == 0 then return 0 end\n"
+        f"local ended, tools, inbox, receipts = {end}\n"
+        "if ended == 0 then return {0, {}, {}} end\n"
         f"{announce}\n{history}\n{slot}\n"
-        f"{progress}\n"
-        f"return 1 + {join}\n"
+        f"{progress}\n{metrics}\n"
+        f"return {{1 + {join}, inbox, receipts}}\n"
     )
     return "".join(fragment.lua for fragment in steps(end_run)) + body
 
@@ -117,10 +123,12 @@ class FinalizeScript:
         self.steps = steps(end_run)
         self._script = redis.register_script(assemble(end_run))
 
-    def __call__(self, parts: FinalizeParts) -> int:
+    def __call__(self, parts: FinalizeParts) -> tuple[int, list[bytes], list[bytes]]:
+        """Run it: the code (0, 1, 2) and the messages and receipts ``end_run`` took."""
         ordered = parts.ordered()
         given = tuple(part.fragment for part in ordered)
         if given != self.steps:
             raise ValueError(f"finalize parts out of order: {[f.name for f in given]}")
         keys, args = flatten(ordered)
-        return int(self._script(keys=keys, args=args))
+        code, inbox, receipts = self._script(keys=keys, args=args)
+        return int(code), list(inbox), list(receipts)

@@ -25,12 +25,29 @@ import redis
 
 from bot.keys import Keys
 from bot.store import as_text
+from bot.store.lua_parts import Fragment, Part
 
 Labels = tuple[tuple[str, str], ...]
 """Sorted ``(name, value)`` pairs: a hashable label set."""
 
 MAX_LABEL_CHARS = 100  # a label value past this is cut (a runaway model name, say)
 _SEP = "|"
+
+APPLY_METRICS = Fragment(
+    name="apply_metrics",
+    keys=2,
+    args=1,
+    lua="""
+local function apply_metrics(k, a)
+  for _, op in ipairs(cjson.decode(a[1])) do
+    redis.call(op[1], k[op[2]], op[3], op[4])
+  end
+end
+""",
+)
+"""Metric updates as a piece of a script spanning owners (keys: the counters and histograms
+hashes; ``a[1]``: JSON ``[command, key index, field, amount]`` lists,
+:meth:`MetricsStore.part`); see :mod:`bot.store.lua_parts`."""
 
 
 @dataclass(frozen=True)
@@ -116,11 +133,11 @@ class MetricsStore:
 
     def queue(self, pipe: Any, updates: Iterable[Update]) -> None:
         """Queue ``updates`` on ``pipe`` (a sync or async pipeline; the caller executes it)."""
-        for update in updates:
-            if isinstance(update, Count):
-                self._count(pipe, update)
+        for command, key, name, amount in self.commands(updates):
+            if command == "HINCRBY":
+                pipe.hincrby(key, name, int(amount))
             else:
-                self._observe(pipe, update)
+                pipe.hincrbyfloat(key, name, float(amount))
 
     def write(self, client: redis.Redis, updates: Iterable[Update]) -> None:
         """Apply ``updates`` in one round trip (sync callers)."""
@@ -128,20 +145,33 @@ class MetricsStore:
             self.queue(pipe, updates)
             pipe.execute()
 
-    def _count(self, pipe: Any, update: Count) -> None:
-        name = series(update.name, update.labels)
-        if float(update.amount).is_integer():
-            pipe.hincrby(self.keys.metrics_counters, name, int(update.amount))
-        else:
-            pipe.hincrbyfloat(self.keys.metrics_counters, name, update.amount)
+    def commands(self, updates: Iterable[Update]) -> list[tuple[str, str, str, int | float]]:
+        """The ``(command, key, field, amount)`` writes of ``updates``."""
+        out: list[tuple[str, str, str, int | float]] = []
+        for update in updates:
+            if isinstance(update, Count):
+                name = series(update.name, update.labels)
+                if float(update.amount).is_integer():
+                    out.append(("HINCRBY", self.keys.metrics_counters, name, int(update.amount)))
+                else:
+                    out.append(("HINCRBYFLOAT", self.keys.metrics_counters, name, update.amount))
+                continue
+            base = series(update.name, update.labels) + _SEP
+            bound = _bound_text(bucket_of(update.value, update.bounds))
+            key = self.keys.metrics_histograms
+            out.append(("HINCRBY", key, base + bound, 1))
+            out.append(("HINCRBY", key, base + "count", 1))
+            out.append(("HINCRBYFLOAT", key, base + "sum", float(update.value)))
+        return out
 
-    def _observe(self, pipe: Any, update: Observe) -> None:
-        base = series(update.name, update.labels) + _SEP
-        bound = _bound_text(bucket_of(update.value, update.bounds))
-        key = self.keys.metrics_histograms
-        pipe.hincrby(key, base + bound, 1)
-        pipe.hincrby(key, base + "count", 1)
-        pipe.hincrbyfloat(key, base + "sum", float(update.value))
+    def part(self, updates: Iterable[Update]) -> Part:
+        """:data:`APPLY_METRICS`'s part writing ``updates``."""
+        keys = (self.keys.metrics_counters, self.keys.metrics_histograms)
+        ops = [
+            [command, keys.index(key) + 1, name, str(amount)]
+            for command, key, name, amount in self.commands(updates)
+        ]
+        return Part(fragment=APPLY_METRICS, keys=keys, args=(json.dumps(ops),))
 
     def read(self, client: redis.Redis) -> Snapshot:
         """Every series, in one round trip."""

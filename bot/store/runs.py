@@ -24,6 +24,7 @@ from bot.store.finalize_script import FinalizeParts, FinalizeScript
 from bot.store.history import append_history_part
 from bot.store.joins import JOIN_TTL_SECONDS, leave_join_part
 from bot.store.lua_parts import Fragment, Part
+from bot.store.metrics import MetricsStore, Update
 from bot.store.outbox import put_outbound_part
 from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA, final_progress_part
 from bot.store.run_codec import decode_record, encode_record
@@ -32,6 +33,7 @@ from bot.store.workspace import HASHES_LUA
 from bot.types import Outbound, RunRecord, RunStatus
 
 __all__ = [
+    "Ended",
     "Finalization",
     "OutSnapshot",
     "RunStart",
@@ -45,7 +47,7 @@ STOP_FLAG_TTL = 86_400
 
 END_RUN = Fragment(
     name="end_run",
-    keys=5,
+    keys=7,
     args=7,
     lua="""
 local function end_run(k, a)
@@ -62,17 +64,22 @@ local function end_run(k, a)
   if a[4] ~= '' then redis.call('ZADD', k[4], a[4], a[3]) end
   local tools = redis.call('HGET', k[1], a[7])
   if not tools or not string.match(tools, '^%d+$') then tools = '0' end
-  return 1, tools
+  local inbox = redis.call('LRANGE', k[6], 0, -1)
+  local receipts = redis.call('LRANGE', k[7], 0, -1)
+  redis.call('DEL', k[6], k[7])
+  return 1, tools, inbox, receipts
 end
 """,
 )
 """The registry's step of the finalize script (:mod:`bot.store.finalize_script`): the
 compare-and-set to terminal, which is the only decision. KEYS: the run hash, the active set,
-its heartbeat, ``archive_due``, its stop flag ("" = do not raise it). ARGV: the status,
+its heartbeat, ``archive_due``, its stop flag ("" = do not raise it), its inbox and the
+inbox's receipts (taken: what the run never read, :meth:`RunsRegistry.drain_inbox_receipts`). ARGV: the status,
 ``ended_at``, the run id, when to archive ("" = never), more fields as a flat JSON list of
 strings, the stop flag's TTL, :data:`TOOLS_FIELD`. The flag is raised whether or not the run
 ends here (a stop that lost the race to the run's own end still asks its job to stop).
-Returns 1 and the run's saved tool count if it ended the run, else 0."""
+Returns 1, the run's saved tool count, and the inbox's messages and receipts taken, if it
+ended the run; else 0."""
 
 TOOLS_FIELD = "tool_calls"
 """Run-hash field with the run's tool calls so far (not a :class:`RunRecord` field); the
@@ -207,6 +214,7 @@ class Finalization:
             job executes; None: no re-check). Also written either way.
         quiet: The run announces nothing (``ANNOUNCE_SKIP``): its last progress event
             takes its status card away.
+        metrics: The metric updates of the run's end.
     """
 
     status: RunStatus
@@ -220,6 +228,20 @@ class Finalization:
     raise_stop: bool = False
     recheck_at: float | None = None
     quiet: bool = False
+    metrics: tuple[Update, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ended:
+    """What :meth:`RunsRegistry.end` did.
+
+    Attributes:
+        code: 0: it had ended already; 1: this call ended it; 2: and fired its join.
+        leftovers: The ``(message, receipt id)`` pairs it never read ("" for no receipt).
+    """
+
+    code: int
+    leftovers: tuple[tuple[str, str], ...] = ()
 
 
 class RunsRegistry:
@@ -236,6 +258,7 @@ class RunsRegistry:
         self.keys = keys
         self.history_max = history_max
         self._finalize = FinalizeScript(redis=redis, end_run=END_RUN)
+        self._metrics = MetricsStore(keys=keys)
         self._create_joined = redis.register_script(_CREATE_JOINED)
         self._start = redis.register_script(_START)
         self._places = redis.register_script(_PLACES)
@@ -481,6 +504,18 @@ class RunsRegistry:
         """Atomically end ``record``'s run: 0 if it had ended already, 1 if this call ended
         it, 2 if that also fired its join (it was the join's last pending run). The script's
         compare-and-set is the decision (:mod:`bot.store.finalize_script`)."""
+        return self.end(record, outcome, slot_key=slot_key, join_grace=join_grace).code
+
+    def end(
+        self,
+        record: RunRecord,
+        outcome: Finalization,
+        *,
+        slot_key: str | None = None,
+        join_grace: float = 5.0,
+    ) -> Ended:
+        """:meth:`finalize`, also returning the messages the run never read (taken from its
+        inbox by the same script)."""
         started = record.started_at
         parts = FinalizeParts(
             recheck=recheck_run_part(self.keys, record.run_id, at=outcome.recheck_at),
@@ -502,6 +537,7 @@ class RunsRegistry:
                 elapsed=None if started is None else outcome.ended_at - started,
                 quiet=outcome.quiet,
             ),
+            metrics=self._metrics.part(outcome.metrics),
             join=leave_join_part(
                 self.keys,
                 record.join_id,
@@ -510,7 +546,9 @@ class RunsRegistry:
                 grace=join_grace,
             ),
         )
-        return self._finalize(parts)
+        code, inbox, receipts = self._finalize(parts)
+        ids = [as_text(r) for r in receipts] + [""] * len(inbox)
+        return Ended(code=code, leftovers=tuple((as_text(m), ids[i]) for i, m in enumerate(inbox)))
 
     def _end_part(self, record: RunRecord, outcome: Finalization) -> Part:
         """:data:`END_RUN`'s part: the status and fields to write."""
@@ -524,6 +562,8 @@ class RunsRegistry:
             self.keys.heartbeat(record.run_id),
             self.keys.archive_due,
             self.keys.stop_flag(record.run_id) if outcome.raise_stop else "",
+            self.keys.inbox(record.run_id),
+            self.keys.inbox_receipts(record.run_id),
         )
         args = (
             outcome.status.value,

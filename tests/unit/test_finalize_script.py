@@ -18,11 +18,12 @@ def test_each_fragment_reaches_only_its_own_keys_and_args() -> None:
 def test_the_body_lays_the_fragments_out_in_order() -> None:
     lua = assemble(END_RUN)
     assert "recheck_run({KEYS[1]}, {ARGV[1], ARGV[2]})" in lua
-    assert "local ended, tools = end_run({KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}" in lua
-    assert "put_final_progress({KEYS[10]}, {ARGV[14], ARGV[15]," in lua
+    assert "local ended, tools, inbox, receipts = end_run({KEYS[2], KEYS[3]," in lua
+    assert "put_final_progress({KEYS[12]}, {ARGV[14], ARGV[15]," in lua
     assert "ARGV[20]}, tools)" in lua  # the tool count end_run read from the run's hash
-    assert "return 1 + leave_join({KEYS[11], KEYS[12], KEYS[13], KEYS[14]}" in lua
-    assert sum(f.keys for f in steps(END_RUN)) == 14
+    assert "apply_metrics({KEYS[13], KEYS[14]}, {ARGV[21]})" in lua
+    assert "return {1 + leave_join({KEYS[15], KEYS[16], KEYS[17], KEYS[18]}" in lua
+    assert sum(f.keys for f in steps(END_RUN)) == 18
 
 
 @pytest.mark.parametrize(

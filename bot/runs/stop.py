@@ -115,7 +115,7 @@ def apply_stop(deps: Deps, plan: StopPlan) -> StopResult:
     for job_id in plan.cancel_jobs:
         deps.jobs.cancel_queued(job_id)  # decided, waiting a slot
     sent = deps.jobs.send_stop(record.job_id) if hard else False
-    log.info("run %s stopped (ended=%s, hard stop=%s)", record.run_id, ended, sent)
+    log.info("run %s: %s (ended=%s, hard stop=%s)", record.run_id, plan.notes, ended, sent)
     for join_id in plan.cancel_joins:
         deps.joins.cancel(join_id)
         deps.jobs.cancel_queued(JOB_PREFIX + join_id)  # fired, its resume waits a slot

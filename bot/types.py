@@ -183,6 +183,7 @@ class Outbound:
             platforms post the text as usual.
         replaces: Idempotency key of an earlier message whose first part this one edits
             (the platform id is looked up at delivery; a steer receipt's update).
+        run_id: The run an announce announces ("" for other messages).
     """
 
     thread: ThreadRef
@@ -197,6 +198,7 @@ class Outbound:
     actions: tuple[Action, ...] = ()
     callback: str = ""
     replaces: str = ""
+    run_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (the outbox entry); :meth:`from_json` reads it back equal."""
@@ -219,6 +221,8 @@ class Outbound:
             data["callback"] = self.callback
         if self.replaces:
             data["replaces"] = self.replaces
+        if self.run_id:
+            data["run_id"] = self.run_id
         return data
 
     @classmethod
@@ -240,6 +244,7 @@ class Outbound:
             ),
             callback=str(data.get("callback") or ""),
             replaces=str(data.get("replaces") or ""),
+            run_id=str(data.get("run_id") or ""),
         )
 
 

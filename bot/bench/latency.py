@@ -44,7 +44,7 @@ class TimedChannel(MemoryChannel):
     async def send(self, message: Outbound, *, parts: PartLog | None = None) -> list[str]:
         ids = await super().send(message, parts=parts)
         if message.kind is OutboundKind.ANNOUNCE:
-            self.delivered_at[message.idempotency_key.removeprefix("announce:")] = time.time()
+            self.delivered_at[message.run_id] = time.time()
         return ids
 
 

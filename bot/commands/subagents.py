@@ -139,7 +139,7 @@ def handle_subagents(req: CommandRequest) -> str:
         return _send(req, found, parsed.message)
     if parsed.action == "close":
         return _close(req, found)
-    return _stop_one(req, found)
+    return _stop_one(req, found, runs)
 
 
 def _scope_session(req: CommandRequest) -> str:
@@ -202,7 +202,7 @@ def stop_all(req: CommandRequest, runs: list[RunRecord]) -> str:
     return "\n".join(lines)
 
 
-def _stop_one(req: CommandRequest, found: Resolution) -> str:
+def _stop_one(req: CommandRequest, found: Resolution, runs: list[RunRecord]) -> str:
     run = found.run
     assert run is not None
     name = run_title(run, noun="subagent", name="dotted")
@@ -211,7 +211,9 @@ def _stop_one(req: CommandRequest, found: Resolution) -> str:
     decision = may_control(req.actor, run, verb="stop")
     if not decision.allowed:
         return f"I can't stop {name}: {decision.reason}"
-    result = stop_run(req.deps, run.run_id, by=_by(req))
+    # The runs just read are the run's session (its children are there): not read again.
+    family = None if channel_scope(req.inbound.thread) else runs
+    result = stop_run(req.deps, run.run_id, by=_by(req), record=run, family=family)
     if not result.ended:
         return f"{name.capitalize()} ended on its own just now; nothing to stop."
     return f"{Icon.STOPPED} Stopped {name} (`{run.run_id[:8]}`). Its announce follows."

@@ -1,118 +1,60 @@
-"""Ingress: one normalized message -> middleware -> a command answer or a queued turn.
+"""Ingress: one normalized message -> an ordered list of handlers -> one outcome.
 
 Sync on purpose (Redis and RQ calls); the gateway runs it in a worker thread so the event
-loop never blocks. The decisions themselves (:func:`decide`) are pure.
+loop never blocks.
 
-An oversized message is cut to ``gateway.max_inbound_chars`` first (:func:`cap_inbound`),
-with a note in the text, so commands, history and the turn job only ever see the cut text;
-the sender is told once how much was read.
+:meth:`Ingress.handle` admits each platform event once (the dedupe claim, see
+:mod:`bot.store.dedupe`), prepares a :class:`Message` (the text cut to
+``gateway.max_inbound_chars`` with a note, :func:`cap_inbound`; the thread-bound child it is
+written to, if any; its session) and walks :attr:`Ingress.handlers` in order, the way
+python-telegram-bot's ``Application`` walks its handlers (the pure guards are in
+:mod:`bot.gateway.admission`): the first whose ``match`` (pure)
+accepts the message and whose ``handle`` returns a result takes it. In order:
+
+1. ``approval decision``: a button press or ``!approve``/``!deny`` (addressed by nature);
+2. ``ignored``: the middleware's rules (:func:`decide`: own and bots' messages, edits,
+   empty ones, the access policy, mention gating) said no;
+3. ``cut note``: the sender is told how much of an oversized message was read (continues);
+4. ``command``: any ``/word`` is answered here, never spawning a model turn;
+5. ``bound thread``: a message in a thread-bound child's thread steers it;
+6. ``turn``: everything else queues a main-agent turn.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.commands.parse import parse_command
 from bot.commands.router import CommandRequest, CommandRouter, reply_key
-from bot.config import PlatformAccess, Settings
 from bot.deps import Deps
 from bot.errors import InboundBusy
+from bot.gateway.admission import (
+    CLAIM_SECONDS,
+    Admit,
+    Verdict,
+    admit,
+    cap_inbound,
+    decide,
+    platform_access,
+)
 from bot.gateway.inbox import save_attachments
 from bot.observe import tracing
 from bot.runs import approval_gate as approvals
 from bot.runs.access import Actor, may_control
-from bot.runs.approval_gate import DecisionRequest, parse_decision
+from bot.runs.approval_gate import parse_decision
 from bot.runs.naming import Icon, run_title
 from bot.runs.send import SendOutcome, send
 from bot.runs.thread_children import bound_run
 from bot.sessions import requester_session_key
-from bot.store.dedupe import Claimed, Dedupe
+from bot.store.dedupe import Dedupe
 from bot.store.jobs import TurnJob, new_turn_job_id
-from bot.text.clip import clip
 from bot.types import Inbound, Outbound, OutboundKind, RunRecord
 
 log = logging.getLogger(__name__)
-
-CLAIM_SECONDS = 30
-"""How long a delivery that died before enqueueing holds up the redeliveries of its event."""
-
-
-class Admit(enum.StrEnum):
-    """What to do with one delivery of an inbound event, given its claim."""
-
-    HANDLE = "handle"
-    DUPLICATE = "duplicate"
-    BUSY = "busy"
-    TAKE_OVER = "take over"
-
-
-def admit(claimed: Claimed, *, other_job_exists: bool, hold_seconds: float) -> Admit:
-    """The dedupe decision (pure; see :mod:`bot.store.dedupe`)."""
-    if claimed.mine:
-        return Admit.HANDLE
-    if claimed.done or other_job_exists:
-        return Admit.DUPLICATE  # handled, or its delivery died after enqueueing
-    if claimed.age < hold_seconds:
-        return Admit.BUSY
-    return Admit.TAKE_OVER  # that delivery died before enqueueing
-
-
-class Verdict(enum.StrEnum):
-    """What the middleware decided for one inbound message."""
-
-    ACCEPT = "accept"
-    SELF = "ignored: own message"
-    BOT = "ignored: another bot"
-    EDIT = "ignored: edit"
-    EMPTY = "ignored: empty"
-    DENIED = "ignored: not allowed"
-    UNADDRESSED = "ignored: not addressed to the bot"
-    TOO_LONG = "rejected: too long"
-    """No longer decided: an oversized message is cut (:func:`cap_inbound`), not rejected."""
-
-
-def platform_access(settings: Settings, platform: str) -> PlatformAccess:
-    access = getattr(settings, platform, None)
-    return access if isinstance(access, PlatformAccess) else PlatformAccess()
-
-
-def decide(
-    inbound: Inbound, *, settings: Settings, access: PlatformAccess, session_exists: bool
-) -> Verdict:
-    """The middleware's rules, in order (pure)."""
-    if inbound.sender.is_self:
-        return Verdict.SELF
-    if inbound.sender.is_bot:
-        return Verdict.BOT
-    if inbound.is_edit:
-        return Verdict.EDIT
-    if not inbound.text.strip() and not inbound.attachments:
-        return Verdict.EMPTY
-    if access.allow_users and inbound.sender.user_id not in access.allow_users:
-        return Verdict.DENIED
-    if access.allow_chats and inbound.thread.chat not in access.allow_chats:
-        return Verdict.DENIED
-    addressed = inbound.mentioned or inbound.is_dm or not settings.gateway.require_mention
-    continues = access.continue_threads and inbound.thread.thread is not None and session_exists
-    if not (addressed or continues):
-        return Verdict.UNADDRESSED
-    return Verdict.ACCEPT
-
-
-def cap_inbound(inbound: Inbound, limit: int) -> tuple[Inbound, int]:
-    """``inbound`` with its text cut to ``limit`` characters plus a note (pure).
-
-    Returns:
-        The message to handle and how many characters were cut (0: unchanged).
-    """
-    cut = len(inbound.text) - limit
-    if cut <= 0:
-        return inbound, 0
-    return dataclasses.replace(inbound, text=clip(inbound.text, limit)), cut
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,8 +65,40 @@ class IngressResult:
     duplicate: bool = False
 
 
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """One admitted inbound message, prepared for the handlers.
+
+    Attributes:
+        inbound: The message (cut to the limit; moved into a bound child's thread).
+        session_key: Its requester session.
+        job_id: The turn job id its dedupe claim reserved.
+        bound: The thread-bound child it is written to (None: none).
+        cut: Characters cut off its text (0: none).
+        session_exists: Its session has history (a thread the bot takes part in).
+    """
+
+    inbound: Inbound
+    session_key: str
+    job_id: str
+    bound: RunRecord | None = None
+    cut: int = 0
+    session_exists: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Handler:
+    """One step of the list: ``match`` decides (pure), ``handle`` acts and returns the
+    result; a handler that is not ``final`` acts and lets the next handlers have it."""
+
+    name: str
+    match: Callable[[Message], bool]
+    handle: Callable[[Message], IngressResult | None]
+    final: bool = True
+
+
 class Ingress:
-    """Applies middleware, answers commands and enqueues turns.
+    """Admits each event once and walks the handlers (see the module docstring).
 
     Args:
         deps: Stores and settings.
@@ -134,6 +108,14 @@ class Ingress:
     def __init__(self, *, deps: Deps, router: CommandRouter) -> None:
         self.deps = deps
         self.router = router
+        self.handlers: tuple[Handler, ...] = (
+            Handler(name="approval decision", match=self._is_decision, handle=self._decide),
+            Handler(name="ignored", match=self._is_ignored, handle=self._ignore),
+            Handler(name="cut note", match=lambda m: m.cut > 0, handle=self._tell_cut, final=False),
+            Handler(name="command", match=self._is_command, handle=self._command),
+            Handler(name="bound thread", match=lambda m: m.bound is not None, handle=self._steer),
+            Handler(name="turn", match=lambda m: True, handle=self._turn),
+        )
 
     def session_key(self, inbound: Inbound) -> str:
         return requester_session_key(
@@ -167,58 +149,59 @@ class Ingress:
         if action is Admit.DUPLICATE:
             result = IngressResult(verdict=Verdict.ACCEPT, duplicate=True)
         else:
-            result = self._handle_new(inbound, claimed.job_id if claimed.mine else job_id)
+            message = self.prepare(inbound, claimed.job_id if claimed.mine else job_id)
+            result = self.dispatch(message)
         self.deps.dedupe.done(platform, event, ttl=ttl)
         return result
 
-    def _handle_new(self, inbound: Inbound, job_id: str) -> IngressResult:
-        s = self.deps.settings
-        inbound, cut = cap_inbound(inbound, s.gateway.max_inbound_chars)
+    def prepare(self, inbound: Inbound, job_id: str) -> Message:
+        """Cut the text to the limit, find the bound child, and look up the session."""
+        inbound, cut = cap_inbound(inbound, self.deps.settings.gateway.max_inbound_chars)
         inbound, bound = self._bound(inbound)
         session_key = self.session_key(inbound)
-        decision = parse_decision(inbound.text)
-        if decision is not None and not (inbound.sender.is_self or inbound.sender.is_bot):
-            self._decide(inbound, decision)  # a reply to a request: addressed by nature
-            return IngressResult(verdict=Verdict.ACCEPT, session_key=session_key)
-        access = platform_access(s, inbound.thread.platform)
-        verdict = decide(
-            inbound,
-            settings=s,
-            # A child's own thread is addressed to it, mention or not.
-            access=access.model_copy(update={"continue_threads": True}) if bound else access,
+        return Message(
+            inbound=inbound,
+            session_key=session_key,
+            job_id=job_id,
+            bound=bound,
+            cut=cut,
             session_exists=bound is not None or self.deps.history.exists(session_key),
         )
-        if verdict is not Verdict.ACCEPT:
-            log.debug("inbound %s: %s", inbound.dedupe_id, verdict.value)
-            return IngressResult(verdict=verdict, session_key=session_key)
-        if cut:
-            self._tell_cut(inbound, cut)
-        command = parse_command(inbound.text)
-        # Any /word is answered here (an unknown one with "Unknown command"), never
-        # spawning a model turn; a path such as /usr/bin at the start is text.
-        if command is not None and (command.is_word or self.router.handles(command)):
-            request = CommandRequest(
-                command=command, inbound=inbound, session_key=session_key, deps=self.deps
-            )
-            answer = self.router.dispatch(request)
-            if answer:  # "": the handler queued its answer itself (see early_reply)
-                self._reply(inbound, answer, ephemeral=inbound.thread.thread is None)
-            return IngressResult(verdict=verdict, session_key=session_key)
-        if bound is not None:
-            self._reply(inbound, self._steer_bound(inbound, bound), key="bound")
-            return IngressResult(verdict=verdict, session_key=session_key)
-        if inbound.attachments:
-            inbound = self._with_files(inbound, session_key)
-        self._enqueue_turn(inbound, session_key, job_id)
-        return IngressResult(verdict=verdict, session_key=session_key, job_id=job_id)
 
-    def _decide(self, inbound: Inbound, request: DecisionRequest) -> None:
+    def route(self, message: Message) -> Handler:
+        """The handler that takes ``message`` (pure): the first final one that matches."""
+        return next(h for h in self.handlers if h.final and h.match(message))
+
+    def dispatch(self, message: Message) -> IngressResult:
+        """Walk the handlers in order; the first to return a result takes the message."""
+        for handler in self.handlers:
+            if not handler.match(message):
+                continue
+            result = handler.handle(message)
+            if handler.final:
+                assert result is not None
+                return result
+        raise AssertionError("the turn handler takes every message")
+
+    def _accepted(self, message: Message, *, job_id: str | None = None) -> IngressResult:
+        return IngressResult(verdict=Verdict.ACCEPT, session_key=message.session_key, job_id=job_id)
+
+    def _is_decision(self, message: Message) -> bool:
+        sender = message.inbound.sender
+        return parse_decision(message.inbound.text) is not None and not (
+            sender.is_self or sender.is_bot
+        )
+
+    def _decide(self, message: Message) -> IngressResult:
         """An approval decided by a button press or ``!approve``/``!deny``: the answer goes
         back to that person (a refusal privately where the platform can)."""
+        inbound = message.inbound
+        request = parse_decision(inbound.text)
+        assert request is not None
         answer = approvals.decide(
             self.deps, request, platform=inbound.thread.platform, user_id=inbound.sender.user_id
         )
-        message = Outbound(
+        reply = Outbound(
             thread=inbound.thread,
             text=answer.text,
             idempotency_key=f"decide:{inbound.thread.platform}:{inbound.dedupe_id}",
@@ -226,7 +209,59 @@ class Ingress:
             callback=inbound.callback,
             traceparent=tracing.traceparent(),
         )
-        self.deps.outbox.put(message)
+        self.deps.outbox.put(reply)
+        return self._accepted(message)
+
+    def verdict(self, message: Message) -> Verdict:
+        """The middleware's verdict on ``message`` (pure)."""
+        settings = self.deps.settings
+        access = platform_access(settings, message.inbound.thread.platform)
+        if message.bound is not None:  # a child's own thread is addressed to it
+            access = access.model_copy(update={"continue_threads": True})
+        return decide(
+            message.inbound,
+            settings=settings,
+            access=access,
+            session_exists=message.session_exists,
+        )
+
+    def _is_ignored(self, message: Message) -> bool:
+        return self.verdict(message) is not Verdict.ACCEPT
+
+    def _ignore(self, message: Message) -> IngressResult:
+        verdict = self.verdict(message)
+        log.debug("inbound %s: %s", message.inbound.dedupe_id, verdict.value)
+        return IngressResult(verdict=verdict, session_key=message.session_key)
+
+    def _is_command(self, message: Message) -> bool:
+        # Any /word is answered here (an unknown one with "Unknown command"), never
+        # spawning a model turn; a path such as /usr/bin at the start is text.
+        command = parse_command(message.inbound.text)
+        return command is not None and (command.is_word or self.router.handles(command))
+
+    def _command(self, message: Message) -> IngressResult:
+        inbound = message.inbound
+        command = parse_command(inbound.text)
+        assert command is not None
+        request = CommandRequest(
+            command=command, inbound=inbound, session_key=message.session_key, deps=self.deps
+        )
+        answer = self.router.dispatch(request)
+        if answer:  # "": the handler queued its answer itself (see early_reply)
+            self._reply(inbound, answer, ephemeral=inbound.thread.thread is None)
+        return self._accepted(message)
+
+    def _steer(self, message: Message) -> IngressResult:
+        assert message.bound is not None
+        self._reply(message.inbound, self._steer_bound(message.inbound, message.bound), key="bound")
+        return self._accepted(message)
+
+    def _turn(self, message: Message) -> IngressResult:
+        inbound = message.inbound
+        if inbound.attachments:
+            inbound = self._with_files(inbound, message.session_key)
+        self._enqueue_turn(inbound, message.session_key, message.job_id)
+        return self._accepted(message, job_id=message.job_id)
 
     def _bound(self, inbound: Inbound) -> tuple[Inbound, RunRecord | None]:
         """The thread-bound child ``inbound`` is written to, if any; a message of a reply
@@ -289,7 +324,9 @@ class Ingress:
             payload, job_id=job_id, timeout=self.deps.settings.turn_timeout_seconds
         )
 
-    def _tell_cut(self, inbound: Inbound, cut: int) -> None:
+    def _tell_cut(self, message: Message) -> None:
+        """Tell the sender how much was read; the message goes on to the next handlers."""
+        inbound, cut = message.inbound, message.cut
         limit = self.deps.settings.gateway.max_inbound_chars
         log.info("inbound %s: cut %d characters past %d", inbound.dedupe_id, cut, limit)
         text = (

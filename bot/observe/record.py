@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 from bot.deps import Deps
 from bot.observe import metric_defs as catalog
 from bot.store.metrics import Update
-from bot.types import RunRecord, RunStatus
+from bot.types import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,6 @@ def write(deps: Deps, updates: list[Update]) -> None:
 
 def run_spawned(deps: Deps, record: RunRecord) -> None:
     write(deps, catalog.run_started(record))
-
-
-def run_ended(deps: Deps, record: RunRecord, status: RunStatus, ended_at: float) -> None:
-    write(deps, catalog.run_ended(record, status, ended_at=ended_at))
 
 
 def inbound(deps: Deps, platform: str, outcome: catalog.Inbound) -> None:

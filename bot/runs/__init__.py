@@ -7,6 +7,7 @@ module          what it owns
 ``execute``     the run body inside the RQ horse: heartbeat, hooks, how it ended
 ``finalize``    the one terminal transition (announce, history note, slot, archive)
 ``stop``        stop a run or a turn; re-send hard stops that did not land
+``stop_plan``   what stopping a run does, planned without I/O from one read
 ``send``        steer a running run, or follow a finished one up on its session
 ``access``      which runs a command may see, which run an id names, who may act
 ``naming``      a run's name and title in all its forms, and the icon table

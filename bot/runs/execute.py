@@ -32,12 +32,12 @@ from bot.runs.budget import run_guard
 from bot.runs.finalize import finalize_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import out_snapshot
-from bot.runs.progress_lines import TOOLS_FIELD, save_tool_count, step_event
+from bot.runs.progress_lines import save_tool_count, step_event
 from bot.runs.stall import stall_watch
 from bot.runs.steer_receipts import read_inbox
 from bot.steps import LoopControl, Message, Meter, RunBody
 from bot.store.progress import ProgressEvent
-from bot.store.runs import RunStart
+from bot.store.runs import TOOLS_FIELD, RunStart
 from bot.types import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,10 @@
 """Ending a run: compute cost, render the announce, and make the one terminal transition.
 
-Every path that can end a run calls :func:`finalize_run`: the job itself, RQ's failure and
-stop callbacks, the horse-killed handler, the reaper and the stop command. Only the first
-call changes anything (the Lua compare-and-set in :mod:`bot.store.runs`). It needs the
+Every path that can end a run calls :func:`finalize_run` (or :func:`end_run` with the
+record it read already): the job itself, RQ's failure and stop callbacks, the horse-killed
+handler, the reaper and the stop command. This module only prepares what to write; whether
+anything is written is decided once, by the compare-and-set of the finalize script
+(:mod:`bot.store.finalize_script`), so only the first call changes anything. It needs the
 stores only (no model client), so a backup finalizer is cheap.
 """
 
@@ -11,15 +13,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass
 
 from bot.deps import Deps
-from bot.observe import record as observed
+from bot.observe import metric_defs as catalog
 from bot.observe import tracing
 from bot.prices import estimate_cost
 from bot.runs.join import after_last_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import announce_files
-from bot.runs.progress_lines import TOOLS_FIELD, final_event
 from bot.runs.render import (
     ANNOUNCE_SKIP,
     history_note,
@@ -27,13 +29,21 @@ from bot.runs.render import (
     render_compact_card,
 )
 from bot.runs.send import settle_leftovers
-from bot.store.runs import Finalization
+from bot.store.runs import TOOLS_FIELD, Finalization
 from bot.types import Cleanup, Outbound, OutboundKind, RunRecord, RunStatus, Usage
 
 log = logging.getLogger(__name__)
 
 
-@tracing.traced("finalize")
+@dataclass(frozen=True, kw_only=True)
+class StopMarks:
+    """What a stop writes in the same script as the transition (whether or not it ends
+    the run): the run's stop flag, and ``recheck_at``, when the sweep re-checks its hard
+    stop (None: no hard stop was sent)."""
+
+    recheck_at: float | None = None
+
+
 def finalize_run(
     deps: Deps,
     run_id: str,
@@ -50,8 +60,28 @@ def finalize_run(
     ``tools``: the run's tool call count, saved by the same script (``None``: as saved).
     """
     record = deps.runs.get(run_id)
-    if record is None or record.status.terminal:
+    if record is None:
         return False
+    return end_run(
+        deps, record, status=status, result=result, notes=notes, usage=usage, tools=tools
+    )
+
+
+@tracing.traced("finalize")
+def end_run(
+    deps: Deps,
+    record: RunRecord,
+    *,
+    status: RunStatus,
+    result: str | None = None,
+    notes: str = "",
+    usage: Usage | None = None,
+    tools: int | None = None,
+    stop: StopMarks | None = None,
+) -> bool:
+    """:func:`finalize_run` for a ``record`` read already (it is not read again); the
+    script decides whether it still ends (True if this call ended it). ``stop``: a stop's
+    own writes, made by the same script either way."""
     ended_at = time.time()
     usage = usage or record.usage
     record = dataclasses.replace(
@@ -88,24 +118,26 @@ def finalize_run(
         archive_at=_archive_at(deps, record, ended_at),
         extra=_usage_fields(record) | ({} if tools is None else {TOOLS_FIELD: tools}),
         ended_at=ended_at,
+        raise_stop=stop is not None,
+        quiet=quiet,
+        metrics=tuple(catalog.run_ended(record, status, ended_at=ended_at)),
+        recheck_at=stop.recheck_at if stop is not None else None,
     )
-    done = deps.runs.finalize(
+    ended = deps.runs.end(
         record,
         outcome,
         slot_key=deps.jobs.subagent_slot_key(),
         join_grace=deps.joins.grace_seconds,
     )
-    if done:
-        log.info("run %s ended %s", run_id, status.value)
-        observed.run_ended(deps, record, status, ended_at)
-        last = final_event(deps, record, status=status, ended_at=ended_at, quiet=quiet)
-        deps.progress.put(last)
-        after_slot_freed(deps)
+    if ended.code:
+        log.info("run %s ended %s", record.run_id, status.value)
+        after_slot_freed(deps, left_line=record.status is RunStatus.QUEUED)
         # Steering it never read starts a follow-up (after the announce, so it reads next).
-        settle_leftovers(deps, dataclasses.replace(record, status=status))
-    if done == 2:
+        ended_record = dataclasses.replace(record, status=status)
+        settle_leftovers(deps, ended_record, items=ended.leftovers)
+    if ended.code == 2:
         after_last_run(deps, record.join_id)
-    return bool(done)
+    return bool(ended.code)
 
 
 def _notes(record: RunRecord, notes: str) -> str:
@@ -143,6 +175,7 @@ def _announce(
         text=body,
         kind=OutboundKind.ANNOUNCE,
         idempotency_key=f"announce:{record.run_id}",
+        run_id=record.run_id,
         attachments=files,
         workspace=record.session_key if files else "",
         traceparent=tracing.traceparent() or record.traceparent,

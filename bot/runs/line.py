@@ -61,11 +61,15 @@ def show_places(deps: Deps, *, from_run: str | None = None) -> None:
         log.warning("cannot show the places in line", exc_info=True)
 
 
-def after_slot_freed(deps: Deps) -> None:
+def after_slot_freed(deps: Deps, *, left_line: bool = True) -> None:
     """Admit the next runs and refresh the places; a failure is logged (the maintenance
-    sweep admits on its next pass)."""
+    sweep admits on its next pass). The places are shown again only if the line moved:
+    a run was admitted, or the run that ended may have left it (``left_line``: it had not
+    started; a run that held a slot was in no line)."""
+    admitted: list[str] = []
     try:
-        admit_next(deps)
+        admitted = admit_next(deps)
     except Exception:
         log.warning("admitting the next subagent runs failed", exc_info=True)
-    show_places(deps)
+    if admitted or left_line:
+        show_places(deps)

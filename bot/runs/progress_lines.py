@@ -7,25 +7,20 @@ While it works, and when it ends::
 
 The worker puts the numbers on each :class:`~bot.store.progress.ProgressEvent` (``tools``,
 ``elapsed``) and the gateway renders them (:mod:`bot.gateway.status_cards`). The tool count
-is also kept in the run's hash (:data:`TOOLS_FIELD`), so whichever process finalizes the
-run (the job, a stop, the reaper) can put the final count on the last event. A run whose
+is also kept in the run's hash (:data:`bot.store.runs.TOOLS_FIELD`), so whichever process
+finalizes the run (the job, a stop, the reaper) puts the final count on the last event (the
+finalize script does, :mod:`bot.store.finalize_script`). A run whose
 answer is ``ANNOUNCE_SKIP`` ends *quiet*: its card goes away instead of reading "success".
 """
 
 from __future__ import annotations
 
-import logging
-
 from bot.deps import Deps
 from bot.steps import Meter
 from bot.store.progress import ProgressEvent
+from bot.store.runs import TOOLS_FIELD
 from bot.text.units import duration
-from bot.types import RunRecord, RunStatus
-
-log = logging.getLogger(__name__)
-
-TOOLS_FIELD = "tool_calls"
-"""Run-hash field with the run's tool calls so far (not a :class:`RunRecord` field)."""
+from bot.types import RunRecord
 
 
 def tally(tools: int, elapsed: float) -> str:
@@ -48,29 +43,3 @@ def step_event(record: RunRecord, meter: Meter, text: str) -> ProgressEvent:
 def save_tool_count(deps: Deps, run_id: str, meter: Meter) -> None:
     """Keep the meter's tool count in the run's hash, for the final event."""
     deps.runs.update(run_id, **{TOOLS_FIELD: meter.tool_calls})
-
-
-def final_event(
-    deps: Deps, record: RunRecord, *, status: RunStatus, ended_at: float, quiet: bool
-) -> ProgressEvent:
-    """The last event of ``record``: its status and, for a run that started, the tally."""
-    tools = _saved_tool_count(deps, record.run_id)
-    started = record.started_at
-    return ProgressEvent(
-        run_id=record.run_id,
-        thread=record.thread,
-        text=status.value,
-        final=True,
-        tools=tools if started is not None else None,
-        elapsed=ended_at - started if started is not None else None,
-        quiet=quiet,
-    )
-
-
-def _saved_tool_count(deps: Deps, run_id: str) -> int:
-    try:
-        raw = deps.runs.field(run_id, TOOLS_FIELD)
-    except Exception:  # called after the terminal transition: what follows must still run
-        log.warning("tool count of %s unreadable", run_id, exc_info=True)
-        return 0
-    return int(raw) if raw is not None and raw.isdigit() else 0

@@ -76,11 +76,15 @@ def send(
     )
 
 
-def settle_leftovers(deps: Deps, record: RunRecord) -> RunRecord | None:
+def settle_leftovers(
+    deps: Deps, record: RunRecord, *, items: Sequence[tuple[str, str]] | None = None
+) -> RunRecord | None:
     """After ``record`` ended: messages it never read go to a follow-up run (one for all
     of them), and their receipts say so; a stopped or archived run's are not delivered.
+    ``items``: the ``(message, receipt id)`` pairs taken already (None: take them now).
     Returns the follow-up, if one started."""
-    items = deps.runs.drain_inbox_receipts(record.run_id)
+    if items is None:
+        items = deps.runs.drain_inbox_receipts(record.run_id)
     if not items:
         return None
     new = None

@@ -1,17 +1,13 @@
-"""Stopping runs and turns (DESIGN §8).
+"""Stopping runs and turns.
 
-Stop, for one run:
-
-1. queued: cancel the RQ job first, and take the run out of its session's line for a slot
-   (:mod:`bot.store.fair`); a run that already held a slot frees it at its finalize, which
-   admits the next waiting run;
-2. finalize ``stopped`` right away, keeping the partial result the run recorded, so the
-   status and the announce never wait for a model call to return (and name who stopped it);
-3. set its stop flag (the run checks it between steps, and RQ's callbacks read it);
-4. running (or started meanwhile): hard-stop the work horse with RQ's stop command. That
-   is a fire-and-forget pub/sub message, so the run also goes into ``stops:pending`` and
-   the maintenance sweep re-sends it while the job still executes after
-   ``subagents.hard_kill_grace_seconds``.
+Stop, for one run: read once (:func:`read_stop`: the run, the runs of its session, the
+session's fan-ins, how far each run to stop got), plan without I/O
+(:func:`bot.runs.stop_plan.plan_stop`, which documents the steps), and apply the plan
+(:func:`apply_stop`). The run ends ``stopped`` right away, keeping the partial result it
+recorded, so the status and the announce never wait for a model call to return. A running
+run's hard stop is RQ's stop command, a fire-and-forget pub/sub message, so the run also goes
+into ``stops:pending`` (in the same script that ends it) and the maintenance sweep re-sends
+it while the job still executes after ``subagents.hard_kill_grace_seconds``.
 
 ``/stop`` also sets the session's turn-stop flag; the executing turn job goes into
 ``stops:pending`` too and is hard-stopped by the sweep if the flag did not end it in time.
@@ -23,16 +19,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.deps import Deps
-from bot.runs.approval_gate import RESUME_PREFIX, withdraw
-from bot.runs.finalize import finalize_run
+from bot.runs.approval_gate import withdraw
+from bot.runs.finalize import StopMarks, end_run
 from bot.runs.join import JOB_PREFIX
 from bot.runs.naming import Icon, run_title
+from bot.runs.stop_plan import StopPlan, StopState, plan_stop, to_stop
 from bot.sessions import qualified_user
 from bot.store.stops import TURN_MEMBER
-from bot.text import units
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -63,51 +60,67 @@ class StopResult:
     hard_stop_sent: bool = False
 
 
-def stop_run(deps: Deps, run_id: str, *, by: str) -> StopResult:
-    """Stop ``run_id`` (see the module docstring); ``by`` names who asked, for the notes."""
-    record = deps.runs.get(run_id)
+def stop_run(
+    deps: Deps,
+    run_id: str,
+    *,
+    by: str,
+    record: RunRecord | None = None,
+    family: Sequence[RunRecord] | None = None,
+) -> StopResult:
+    """Stop ``run_id`` (see the module docstring); ``by`` names who asked, for the notes.
+
+    ``record``: the run as the caller just read it, and ``family``: the runs of its session
+    (its children are among them); given, they are not read again.
+    """
+    state = read_stop(deps, run_id, record=record, family=family)
+    plan = plan_stop(state, run_id=run_id, by=by, now=time.time())
+    return apply_stop(deps, plan)
+
+
+def read_stop(
+    deps: Deps,
+    run_id: str,
+    *,
+    record: RunRecord | None = None,
+    family: Sequence[RunRecord] | None = None,
+) -> StopState:
+    """Everything :func:`~bot.runs.stop_plan.plan_stop` needs, read once."""
+    record = record if record is not None else deps.runs.get(run_id)
+    if record is None or record.status.terminal:
+        return StopState(run=record)
+    runs = tuple(family if family is not None else deps.runs.session_runs(record.session_key))
+    steps = {
+        r.session_id: deps.transcripts.length(r.session_id)
+        for r in to_stop(record, runs)
+        if r.status is not RunStatus.QUEUED and r.started_at is not None
+    }
+    joins = tuple(deps.joins.of_session(record.session_key))
+    return StopState(run=record, family=runs, joins=joins, steps=steps)
+
+
+def apply_stop(deps: Deps, plan: StopPlan) -> StopResult:
+    """Perform ``plan``, then its children's plans; returns what stopping the run did."""
+    record = plan.run
     if record is None:
-        return StopResult(run_id=run_id, was=RunStatus.UNKNOWN)
-    if record.status.terminal:
-        return StopResult(run_id=run_id, was=record.status)
-    executing = record.status is RunStatus.RUNNING
-    if not executing:
-        executing = deps.jobs.cancel_queued(record.job_id)
-    # Finalize before raising the flag: a run that sees the flag at a step boundary would
-    # otherwise end itself first, with a note that does not say who stopped it.
-    ended = finalize_run(
-        deps, run_id, status=RunStatus.STOPPED, result=None, notes=stop_note(deps, record, by)
-    )
-    deps.runs.request_stop(run_id)
-    if record.parked_at is not None and record.approval_id:
-        withdraw(deps, record.approval_id)  # its request must not wait for a decision
-        deps.jobs.cancel_queued(RESUME_PREFIX + record.approval_id)  # decided, waiting a slot
-    sent = _hard_stop(deps, record) if executing and record.parked_at is None else False
-    log.info("run %s stopped by %s (ended=%s, hard stop=%s)", run_id, by, ended, sent)
-    _stop_children(deps, record, by=by)
-    return StopResult(run_id=run_id, was=record.status, ended=ended, hard_stop_sent=sent)
-
-
-def children_of(deps: Deps, record: RunRecord) -> list[RunRecord]:
-    """The runs ``record`` spawned (they live in its requester session)."""
-    return [
-        r for r in deps.runs.session_runs(record.session_key) if r.parent_run_id == record.run_id
-    ]
-
-
-def _stop_children(deps: Deps, record: RunRecord, *, by: str) -> None:
-    """Cascade: cancel the run's own fan-ins, then stop every unfinished descendant."""
-    for join_id in deps.joins.of_session(record.session_key):
-        if join_id.startswith(f"{record.run_id}-"):
-            deps.joins.cancel(join_id)
-            deps.jobs.cancel_queued(JOB_PREFIX + join_id)  # fired, its resume waits a slot
-    for child in children_of(deps, record):
-        if not child.status.terminal:
-            stop_run(
-                deps,
-                child.run_id,
-                by=f"{by} (its parent {run_title(record, noun='', name='none')} was stopped)",
-            )
+        return StopResult(run_id=plan.run_id, was=plan.was)
+    started = bool(plan.cancel_job) and deps.jobs.cancel_queued(plan.cancel_job)
+    hard = plan.hard_stop or started
+    grace = deps.settings.subagents.hard_kill_grace_seconds
+    marks = StopMarks(recheck_at=time.time() + grace if hard else None)
+    ended = end_run(deps, record, status=RunStatus.STOPPED, notes=plan.notes, stop=marks)
+    if plan.withdraw_approval:
+        withdraw(deps, plan.withdraw_approval)  # its request must not wait for a decision
+    for job_id in plan.cancel_jobs:
+        deps.jobs.cancel_queued(job_id)  # decided, waiting a slot
+    sent = deps.jobs.send_stop(record.job_id) if hard else False
+    log.info("run %s: %s (ended=%s, hard stop=%s)", record.run_id, plan.notes, ended, sent)
+    for join_id in plan.cancel_joins:
+        deps.joins.cancel(join_id)
+        deps.jobs.cancel_queued(JOB_PREFIX + join_id)  # fired, its resume waits a slot
+    for child in plan.children:
+        apply_stop(deps, child)
+    return StopResult(run_id=record.run_id, was=plan.was, ended=ended, hard_stop_sent=sent)
 
 
 def stop_orphans(deps: Deps) -> list[RunRecord]:
@@ -123,7 +136,8 @@ def stop_orphans(deps: Deps) -> list[RunRecord]:
         if parent is not None and _cascading(parent, now=time.time()):
             continue  # the stop that ended it is stopping its children, with its own note
         why = parent.status.value if parent is not None else "gone"
-        if stop_run(deps, record.run_id, by=f"fanbot (its parent ended: {why})").ended:
+        by = f"fanbot (its parent ended: {why})"
+        if stop_run(deps, record.run_id, by=by, record=record).ended:
             stopped.append(record)
             if parent is None or parent.status is not RunStatus.STOPPED:
                 _tell_orphaned(deps, record, parent)
@@ -154,25 +168,6 @@ def _tell_orphaned(deps: Deps, record: RunRecord, parent: RunRecord | None) -> N
         idempotency_key=f"orphan:{record.run_id}",
     )
     deps.outbox.put(notice)
-
-
-def stop_note(deps: Deps, record: RunRecord, by: str, *, now: float | None = None) -> str:
-    """The announce's Notes for a stop: who, and how far the run had got."""
-    now = now or time.time()
-    if record.status is RunStatus.QUEUED or record.started_at is None:
-        return f"stopped by {by} before it started"
-    steps = deps.transcripts.length(record.session_id)
-    ran = units.duration(now - record.started_at)
-    tokens = units.tokens(record.usage.total)
-    progress = f"{steps} transcript message(s), {tokens} tokens so far"
-    partial = "; the result is partial" if record.result.strip() else ""
-    return f"stopped by {by} after {ran} ({progress}){partial}"
-
-
-def _hard_stop(deps: Deps, record: RunRecord) -> bool:
-    grace = deps.settings.subagents.hard_kill_grace_seconds
-    deps.stops.recheck_run(record.run_id, at=time.time() + grace)
-    return deps.jobs.send_stop(record.job_id)
 
 
 def resend_hard_stops(deps: Deps, *, now: float | None = None) -> list[str]:

@@ -27,7 +27,6 @@ from bot.text.clip import clip
 from bot.types import Outbound, OutboundKind, RunRecord, ThreadRef
 
 TITLE_CHARS = 96
-ANNOUNCE_PREFIX = "announce:"  # a run's announce key (bot.runs.finalize): announce:<run id>
 INTRO_TASK_CHARS = 1_000
 
 
@@ -124,10 +123,9 @@ def bound_run(deps: Deps, thread: ThreadRef) -> RunRecord | None:
 def parent_announce(deps: Deps, announce: Outbound) -> Outbound | None:
     """The copy of a thread-bound run's announce for the thread it was spawned from (None
     for any other message, and for a run that announced before its thread was open)."""
-    key = announce.idempotency_key
-    if announce.kind is not OutboundKind.ANNOUNCE or not key.startswith(ANNOUNCE_PREFIX):
+    if announce.kind is not OutboundKind.ANNOUNCE or not announce.run_id:
         return None
-    binding = deps.thread_bindings.for_run(key[len(ANNOUNCE_PREFIX) :])
+    binding = deps.thread_bindings.for_run(announce.run_id)
     if binding is None or binding.child is None or announce.thread != binding.child:
         return None
     return Outbound(

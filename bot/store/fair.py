@@ -42,8 +42,29 @@ from rq.utils import now, utcformat
 
 from bot.keys import Keys
 from bot.store import as_text
+from bot.store.lua_parts import Fragment, Part
 from bot.store.owner import Lua, RedisOwner
 from bot.store.rq_layout import RQ_LUA, job_fields
+
+FREE_SLOT = Fragment(
+    name="free_slot",
+    keys=1,
+    args=1,
+    lua="""
+local function free_slot(k, a)
+  if k[1] ~= '' and a[1] ~= '' then redis.call('ZREM', k[1], a[1]) end
+end
+""",
+)
+"""A run's terminal transition frees the slot its job held, as a piece of the finalize
+script (``k[1]``: ``fair:slots`` or ``""`` for none; ``a[1]``: the job id); the caller
+admits the next run afterwards. See :mod:`bot.store.lua_parts`."""
+
+
+def free_slot_part(slots_key: str, job_id: str) -> Part:
+    """:data:`FREE_SLOT`'s part for ``job_id`` (``slots_key`` "": no slot to free)."""
+    return Part(fragment=FREE_SLOT, keys=(slots_key,), args=(job_id,))
+
 
 _ADMIT = (
     RQ_LUA

@@ -12,10 +12,37 @@ from typing import Any
 import redis
 
 from bot.keys import Keys
+from bot.store.lua_parts import Fragment, Part
 from bot.store.owner import RedisOwner
 from bot.text.clip import clip
 
 Message = dict[str, Any]
+
+APPEND_HISTORY = Fragment(
+    name="append_history",
+    keys=1,
+    args=2,
+    lua="""
+local function append_history(k, a)
+  if a[1] ~= '' then
+    redis.call('RPUSH', k[1], a[1])
+    redis.call('LTRIM', k[1], -tonumber(a[2]), -1)
+  end
+end
+""",
+)
+"""Appending one message as a piece of a script spanning owners (``a``: the JSON message or
+``""``, how many messages the session keeps); see :mod:`bot.store.lua_parts`."""
+
+
+def append_history_part(
+    keys: Keys, session_key: str, message: Message | None, *, max_messages: int
+) -> Part:
+    """:data:`APPEND_HISTORY`'s part for appending ``message`` (None: nothing)."""
+    data = json.dumps(message) if message else ""
+    return Part(
+        fragment=APPEND_HISTORY, keys=(keys.history(session_key),), args=(data, max_messages)
+    )
 
 
 class HistoryStore(RedisOwner):

@@ -24,6 +24,7 @@ import redis
 
 from bot.keys import Keys
 from bot.store import as_text
+from bot.store.lua_parts import Fragment, Part
 from bot.store.owner import Lua, RedisOwner
 
 JOIN_TTL_SECONDS = 7 * 86_400
@@ -36,7 +37,40 @@ local function fire(join, ready, opn, join_id, now, grace)
   redis.call('ZREM', opn, join_id)
 end
 """
-"""Shared by the seal below and the finalize script: mark fired, due for dispatch."""
+"""Shared by the seal below and :data:`LEAVE_JOIN`: mark fired, due for dispatch."""
+
+LEAVE_JOIN = Fragment(
+    name="leave_join",
+    keys=4,
+    args=4,
+    lua=FIRE_LUA
+    + """
+local function leave_join(k, a)
+  if k[1] == '' then return 0 end
+  redis.call('SREM', k[2], a[1])
+  if redis.call('HGET', k[1], 'state') == 'sealed' and redis.call('SCARD', k[2]) == 0 then
+    fire(k[1], k[3], k[4], a[2], a[3], a[4])
+    return 1
+  end
+  return 0
+end
+""",
+)
+"""A run leaves its join as a piece of the finalize script (keys: the join, its pending set,
+``joins:ready``, ``joins:open`` or all ``""`` for no join; ``a``: the run id, the join id,
+now, the dispatch grace); returns 1 if that fired the join (it was the last pending run,
+and the join is sealed). See :mod:`bot.store.lua_parts`."""
+
+
+def leave_join_part(keys: Keys, join_id: str, *, run_id: str, now: float, grace: float) -> Part:
+    """:data:`LEAVE_JOIN`'s part for ``run_id`` ending (``join_id`` "": in no join)."""
+    names = (
+        (keys.join(join_id), keys.join_pending(join_id), keys.joins_ready, keys.joins_open)
+        if join_id
+        else ("", "", "", "")
+    )
+    return Part(fragment=LEAVE_JOIN, keys=names, args=(run_id, join_id, now, grace))
+
 
 _OPEN = """
 if redis.call('EXISTS', KEYS[1]) == 1 then

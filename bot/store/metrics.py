@@ -24,6 +24,7 @@ from typing import Any
 
 from bot.keys import Keys
 from bot.store import as_text
+from bot.store.lua_parts import Fragment, Part
 from bot.store.owner import AsyncRedisOwner, RedisOwner
 
 Labels = tuple[tuple[str, str], ...]
@@ -31,6 +32,22 @@ Labels = tuple[tuple[str, str], ...]
 
 MAX_LABEL_CHARS = 100  # a label value past this is cut (a runaway model name, say)
 _SEP = "|"
+
+APPLY_METRICS = Fragment(
+    name="apply_metrics",
+    keys=2,
+    args=1,
+    lua="""
+local function apply_metrics(k, a)
+  for _, op in ipairs(cjson.decode(a[1])) do
+    redis.call(op[1], k[op[2]], op[3], op[4])
+  end
+end
+""",
+)
+"""Metric updates as a piece of a script spanning owners (keys: the counters and histograms
+hashes; ``a[1]``: JSON ``[command, key index, field, amount]`` lists,
+:meth:`MetricsStore.part`); see :mod:`bot.store.lua_parts`."""
 
 
 @dataclass(frozen=True)
@@ -104,29 +121,32 @@ def _bound_text(bound: float) -> str:
     return "+Inf" if bound == math.inf else repr(float(bound))
 
 
-def queue(pipe: Any, keys: Keys, updates: Iterable[Update]) -> None:
-    """Queue ``updates`` on ``pipe`` (a sync or async pipeline; the caller executes it)."""
+def commands(keys: Keys, updates: Iterable[Update]) -> list[tuple[str, str, str, int | float]]:
+    """The ``(command, key, field, amount)`` writes of ``updates``."""
+    out: list[tuple[str, str, str, int | float]] = []
     for update in updates:
         if isinstance(update, Count):
-            _count(pipe, keys, update)
+            name = series(update.name, update.labels)
+            if float(update.amount).is_integer():
+                out.append(("HINCRBY", keys.metrics_counters, name, int(update.amount)))
+            else:
+                out.append(("HINCRBYFLOAT", keys.metrics_counters, name, update.amount))
+            continue
+        base = series(update.name, update.labels) + _SEP
+        bound = _bound_text(bucket_of(update.value, update.bounds))
+        out.append(("HINCRBY", keys.metrics_histograms, base + bound, 1))
+        out.append(("HINCRBY", keys.metrics_histograms, base + "count", 1))
+        out.append(("HINCRBYFLOAT", keys.metrics_histograms, base + "sum", float(update.value)))
+    return out
+
+
+def queue(pipe: Any, keys: Keys, updates: Iterable[Update]) -> None:
+    """Queue ``updates`` on ``pipe`` (a sync or async pipeline; the caller executes it)."""
+    for command, key, name, amount in commands(keys, updates):
+        if command == "HINCRBY":
+            pipe.hincrby(key, name, int(amount))
         else:
-            _observe(pipe, keys, update)
-
-
-def _count(pipe: Any, keys: Keys, update: Count) -> None:
-    name = series(update.name, update.labels)
-    if float(update.amount).is_integer():
-        pipe.hincrby(keys.metrics_counters, name, int(update.amount))
-    else:
-        pipe.hincrbyfloat(keys.metrics_counters, name, update.amount)
-
-
-def _observe(pipe: Any, keys: Keys, update: Observe) -> None:
-    base = series(update.name, update.labels) + _SEP
-    bound = _bound_text(bucket_of(update.value, update.bounds))
-    pipe.hincrby(keys.metrics_histograms, base + bound, 1)
-    pipe.hincrby(keys.metrics_histograms, base + "count", 1)
-    pipe.hincrbyfloat(keys.metrics_histograms, base + "sum", float(update.value))
+            pipe.hincrbyfloat(key, name, float(amount))
 
 
 class GatewayMetrics(AsyncRedisOwner):
@@ -147,6 +167,15 @@ class MetricsStore(RedisOwner):
         with self.redis.pipeline(transaction=False) as pipe:
             queue(pipe, self.keys, updates)
             pipe.execute()
+
+    def part(self, updates: Iterable[Update]) -> Part:
+        """:data:`APPLY_METRICS`'s part writing ``updates``."""
+        keys = (self.keys.metrics_counters, self.keys.metrics_histograms)
+        ops = [
+            [command, keys.index(key) + 1, name, str(amount)]
+            for command, key, name, amount in commands(self.keys, updates)
+        ]
+        return Part(fragment=APPLY_METRICS, keys=keys, args=(json.dumps(ops),))
 
     def read(self) -> Snapshot:
         """Every series, in one round trip."""

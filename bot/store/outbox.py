@@ -20,6 +20,8 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
+from bot.keys import Keys
+from bot.store.lua_parts import Fragment, Part
 from bot.store.owner import AsyncRedisOwner, Lua, RedisOwner
 from bot.types import Outbound
 
@@ -66,6 +68,26 @@ return 1
 def encode(message: Outbound) -> dict[str, str]:
     """The stream fields of one outbox entry."""
     return {"data": json.dumps(message.to_json())}
+
+
+PUT_OUTBOUND = Fragment(
+    name="put_outbound",
+    keys=1,
+    args=1,
+    lua="""
+local function put_outbound(k, a)
+  if a[1] ~= '' then redis.call('XADD', k[1], '*', 'data', a[1]) end
+end
+""",
+)
+""":meth:`OutboxWriter.put` as a piece of a script spanning owners (``a[1]``: the encoded entry,
+``""`` = none); see :mod:`bot.store.lua_parts`."""
+
+
+def put_outbound_part(keys: Keys, message: Outbound | None) -> Part:
+    """:data:`PUT_OUTBOUND`'s part for queueing ``message`` (None: queue nothing)."""
+    data = encode(message)["data"] if message is not None else ""
+    return Part(fragment=PUT_OUTBOUND, keys=(keys.outbox,), args=(data,))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,8 @@ from typing import Any
 import redis
 from redis.typing import EncodableT, FieldT
 
+from bot.keys import Keys
+from bot.store.lua_parts import Fragment, Part
 from bot.store.owner import AsyncRedisOwner, RedisOwner
 from bot.types import ThreadRef
 
@@ -32,6 +34,53 @@ end
 """
 """A Lua function writing a plain step event as :meth:`ProgressWriter.put` does (for scripts that
 put one beside their own writes; ``thread`` as the run hash keeps it: the same JSON)."""
+
+FINAL_PROGRESS = Fragment(
+    name="put_final_progress",
+    keys=1,
+    args=7,
+    lua="""
+local function put_final_progress(k, a, tools)
+  local fields = {'run_id', a[1], 'thread', a[2], 'text', a[3], 'final', '1', 'ts', a[4]}
+  if a[5] ~= '' then
+    for _, v in ipairs({'tools', tools, 'elapsed', a[5]}) do table.insert(fields, v) end
+  end
+  if a[6] ~= '' then
+    table.insert(fields, 'quiet')
+    table.insert(fields, '1')
+  end
+  redis.call('XADD', k[1], 'MAXLEN', '~', a[7], '*', unpack(fields))
+end
+""",
+)
+"""A run's last event, as :meth:`ProgressWriter.put` writes it, as a piece of the finalize script
+(``a``: run id, thread JSON, status, ts, elapsed or "" for a run that never started, "1"
+for quiet, the stream's MAXLEN); ``tools``, its tool count, comes from the run's hash (the finalize script reads
+it there). See :mod:`bot.store.lua_parts`."""
+
+
+def final_progress_part(
+    keys: Keys,
+    *,
+    run_id: str,
+    thread: ThreadRef,
+    status: str,
+    ts: float,
+    elapsed: float | None,
+    quiet: bool,
+) -> Part:
+    """:data:`FINAL_PROGRESS`'s part: the final event of ``run_id`` (``elapsed`` None: it
+    never started, so no tally)."""
+    args = (
+        run_id,
+        json.dumps(thread.to_json()),
+        status,
+        ts,
+        "" if elapsed is None else f"{elapsed:.3f}",
+        "1" if quiet else "",
+        PROGRESS_MAXLEN,
+    )
+    return Part(fragment=FINAL_PROGRESS, keys=(keys.progress,), args=args)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,13 +19,21 @@ import redis
 
 from bot.keys import Keys, glob_escape
 from bot.store import as_text
-from bot.store.joins import FIRE_LUA, JOIN_TTL_SECONDS
-from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA
+from bot.store.fair import free_slot_part
+from bot.store.finalize_script import FinalizeParts, FinalizeScript
+from bot.store.history import append_history_part
+from bot.store.joins import JOIN_TTL_SECONDS, leave_join_part
+from bot.store.lua_parts import Fragment, Part
+from bot.store.metrics import MetricsStore, Update
+from bot.store.outbox import put_outbound_part
+from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA, final_progress_part
 from bot.store.run_codec import decode_record, encode_record
+from bot.store.stops import recheck_run_part
 from bot.store.workspace import HASHES_LUA
 from bot.types import Outbound, RunRecord, RunStatus
 
 __all__ = [
+    "Ended",
     "Finalization",
     "OutSnapshot",
     "RunStart",
@@ -34,42 +42,48 @@ __all__ = [
     "encode_record",
 ]
 
-_FINALIZE = (
-    FIRE_LUA
-    + """
-local cur = redis.call('HGET', KEYS[1], 'status')
-if not cur or (cur ~= 'queued' and cur ~= 'running') then
-  return 0
-end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'ended_at', ARGV[2])
-for i = 11, #ARGV, 2 do
-  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-end
-redis.call('SREM', KEYS[2], ARGV[3])
-redis.call('DEL', KEYS[5])
-if KEYS[7] ~= '' and ARGV[8] ~= '' then
-  redis.call('ZREM', KEYS[7], ARGV[8])
-end
-if ARGV[4] ~= '' then
-  redis.call('XADD', KEYS[3], '*', 'data', ARGV[4])
-end
-if ARGV[5] ~= '' then
-  redis.call('RPUSH', KEYS[4], ARGV[5])
-  redis.call('LTRIM', KEYS[4], -tonumber(ARGV[6]), -1)
-end
-if ARGV[7] ~= '' then
-  redis.call('ZADD', KEYS[6], ARGV[7], ARGV[3])
-end
-if KEYS[8] ~= '' then
-  redis.call('SREM', KEYS[9], ARGV[3])
-  if redis.call('HGET', KEYS[8], 'state') == 'sealed' and redis.call('SCARD', KEYS[9]) == 0 then
-    fire(KEYS[8], KEYS[10], KEYS[11], ARGV[9], ARGV[2], ARGV[10])
-    return 2
+STOP_FLAG_TTL = 86_400
+"""How long a run's stop flag stays set (seconds)."""
+
+END_RUN = Fragment(
+    name="end_run",
+    keys=7,
+    args=7,
+    lua="""
+local function end_run(k, a)
+  if k[5] ~= '' then redis.call('SET', k[5], '1', 'EX', a[6]) end
+  local cur = redis.call('HGET', k[1], 'status')
+  if cur ~= 'queued' and cur ~= 'running' then return 0 end
+  redis.call('HSET', k[1], 'status', a[1], 'ended_at', a[2])
+  local fields = cjson.decode(a[5])
+  for i = 1, #fields, 2 do
+    redis.call('HSET', k[1], fields[i], fields[i + 1])
   end
+  redis.call('SREM', k[2], a[3])
+  redis.call('DEL', k[3])
+  if a[4] ~= '' then redis.call('ZADD', k[4], a[4], a[3]) end
+  local tools = redis.call('HGET', k[1], a[7])
+  if not tools or not string.match(tools, '^%d+$') then tools = '0' end
+  local inbox = redis.call('LRANGE', k[6], 0, -1)
+  local receipts = redis.call('LRANGE', k[7], 0, -1)
+  redis.call('DEL', k[6], k[7])
+  return 1, tools, inbox, receipts
 end
-return 1
-"""
+""",
 )
+"""The registry's step of the finalize script (:mod:`bot.store.finalize_script`): the
+compare-and-set to terminal, which is the only decision. KEYS: the run hash, the active set,
+its heartbeat, ``archive_due``, its stop flag ("" = do not raise it), its inbox and the
+inbox's receipts (taken: what the run never read, :meth:`RunsRegistry.drain_inbox_receipts`). ARGV: the status,
+``ended_at``, the run id, when to archive ("" = never), more fields as a flat JSON list of
+strings, the stop flag's TTL, :data:`TOOLS_FIELD`. The flag is raised whether or not the run
+ends here (a stop that lost the race to the run's own end still asks its job to stop).
+Returns 1, the run's saved tool count, and the inbox's messages and receipts taken, if it
+ended the run; else 0."""
+
+TOOLS_FIELD = "tool_calls"
+"""Run-hash field with the run's tool calls so far (not a :class:`RunRecord` field); the
+finalize script puts it on the run's last progress event."""
 
 _CREATE_JOINED = """
 local joined = 0
@@ -193,6 +207,14 @@ class Finalization:
         history_entry: JSON message appended to the requester session's history.
         archive_at: Unix time to archive the child session, if any.
         extra: More run fields to set (tokens, cost...).
+        ended_at: When it ended.
+        raise_stop: Raise the run's stop flag too (a stop; raised even if the run had
+            ended meanwhile, as a stop always did).
+        recheck_at: When the maintenance sweep re-checks the run's hard stop (a stop whose
+            job executes; None: no re-check). Also written either way.
+        quiet: The run announces nothing (``ANNOUNCE_SKIP``): its last progress event
+            takes its status card away.
+        metrics: The metric updates of the run's end.
     """
 
     status: RunStatus
@@ -203,6 +225,23 @@ class Finalization:
     archive_at: float | None = None
     extra: Mapping[str, str | int | float] | None = None
     ended_at: float = field(default_factory=time.time)
+    raise_stop: bool = False
+    recheck_at: float | None = None
+    quiet: bool = False
+    metrics: tuple[Update, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ended:
+    """What :meth:`RunsRegistry.end` did.
+
+    Attributes:
+        code: 0: it had ended already; 1: this call ended it; 2: and fired its join.
+        leftovers: The ``(message, receipt id)`` pairs it never read ("" for no receipt).
+    """
+
+    code: int
+    leftovers: tuple[tuple[str, str], ...] = ()
 
 
 class RunsRegistry:
@@ -218,7 +257,8 @@ class RunsRegistry:
         self.redis = redis
         self.keys = keys
         self.history_max = history_max
-        self._finalize = redis.register_script(_FINALIZE)
+        self._finalize = FinalizeScript(redis=redis, end_run=END_RUN)
+        self._metrics = MetricsStore(redis=redis, keys=keys)
         self._create_joined = redis.register_script(_CREATE_JOINED)
         self._start = redis.register_script(_START)
         self._places = redis.register_script(_PLACES)
@@ -381,7 +421,7 @@ class RunsRegistry:
     def heartbeat_alive(self, run_id: str) -> bool:
         return bool(self.redis.exists(self.keys.heartbeat(run_id)))
 
-    def request_stop(self, run_id: str, *, ttl: int = 86_400) -> None:
+    def request_stop(self, run_id: str, *, ttl: int = STOP_FLAG_TTL) -> None:
         self.redis.set(self.keys.stop_flag(run_id), "1", ex=ttl)
 
     def show_waiting(self, texts: Iterable[tuple[str, str]]) -> int:
@@ -455,41 +495,76 @@ class RunsRegistry:
         join_grace: float = 5.0,
     ) -> int:
         """Atomically end ``record``'s run: 0 if it had ended already, 1 if this call ended
-        it, 2 if that also fired its join (it was the join's last pending run)."""
+        it, 2 if that also fired its join (it was the join's last pending run). The script's
+        compare-and-set is the decision (:mod:`bot.store.finalize_script`)."""
+        return self.end(record, outcome, slot_key=slot_key, join_grace=join_grace).code
+
+    def end(
+        self,
+        record: RunRecord,
+        outcome: Finalization,
+        *,
+        slot_key: str | None = None,
+        join_grace: float = 5.0,
+    ) -> Ended:
+        """:meth:`finalize`, also returning the messages the run never read (taken from its
+        inbox by the same script)."""
+        started = record.started_at
+        parts = FinalizeParts(
+            recheck=recheck_run_part(self.keys, record.run_id, at=outcome.recheck_at),
+            end=self._end_part(record, outcome),
+            announce=put_outbound_part(self.keys, outcome.announce),
+            history=append_history_part(
+                self.keys,
+                record.session_key,
+                outcome.history_entry,
+                max_messages=self.history_max,
+            ),
+            slot=free_slot_part(slot_key or "", record.job_id),
+            progress=final_progress_part(
+                self.keys,
+                run_id=record.run_id,
+                thread=record.thread,
+                status=outcome.status.value,
+                ts=outcome.ended_at,
+                elapsed=None if started is None else outcome.ended_at - started,
+                quiet=outcome.quiet,
+            ),
+            metrics=self._metrics.part(outcome.metrics),
+            join=leave_join_part(
+                self.keys,
+                record.join_id,
+                run_id=record.run_id,
+                now=outcome.ended_at,
+                grace=join_grace,
+            ),
+        )
+        code, inbox, receipts = self._finalize(parts)
+        ids = [as_text(r) for r in receipts] + [""] * len(inbox)
+        return Ended(code=code, leftovers=tuple((as_text(m), ids[i]) for i, m in enumerate(inbox)))
+
+    def _end_part(self, record: RunRecord, outcome: Finalization) -> Part:
+        """:data:`END_RUN`'s part: the status and fields to write."""
         extra: dict[str, str | int | float] = {"result": outcome.result, "notes": outcome.notes}
         extra.update(outcome.extra or {})
-        argv: list[str | int | float] = [
+        # As redis-py would encode each value as an argument (str() of a float is its repr).
+        fields = [str(item) for pair in extra.items() for item in pair]
+        keys = (
+            self.keys.run(record.run_id),
+            self.keys.active_runs,
+            self.keys.heartbeat(record.run_id),
+            self.keys.archive_due,
+            self.keys.stop_flag(record.run_id) if outcome.raise_stop else "",
+            self.keys.inbox(record.run_id),
+            self.keys.inbox_receipts(record.run_id),
+        )
+        args = (
             outcome.status.value,
             outcome.ended_at,
             record.run_id,
-            json.dumps(outcome.announce.to_json()) if outcome.announce else "",
-            json.dumps(outcome.history_entry) if outcome.history_entry else "",
-            self.history_max,
             outcome.archive_at if outcome.archive_at is not None else "",
-            record.job_id,
-            record.join_id,
-            join_grace,
-        ]
-        for name, value in extra.items():
-            argv.extend([name, value])
-        keys = [
-            self.keys.run(record.run_id),
-            self.keys.active_runs,
-            self.keys.outbox,
-            self.keys.history(record.session_key),
-            self.keys.heartbeat(record.run_id),
-            self.keys.archive_due,
-            slot_key or "",
-        ]
-        join = record.join_id
-        keys += (
-            [
-                self.keys.join(join),
-                self.keys.join_pending(join),
-                self.keys.joins_ready,
-                self.keys.joins_open,
-            ]
-            if join
-            else ["", "", "", ""]
+            json.dumps(fields),
+            STOP_FLAG_TTL,
+            TOOLS_FIELD,
         )
-        return int(self._finalize(keys=keys, args=argv))
+        return Part(fragment=END_RUN, keys=keys, args=args)

@@ -9,11 +9,33 @@ from __future__ import annotations
 
 import time
 
+from bot.keys import Keys
 from bot.store import as_text
+from bot.store.lua_parts import Fragment, Part
 from bot.store.owner import RedisOwner
 
 TURN_MEMBER = "turn:"
 """``stops:pending`` members with this prefix name a turn job; the others are run ids."""
+
+RECHECK_RUN = Fragment(
+    name="recheck_run",
+    keys=1,
+    args=2,
+    lua="""
+local function recheck_run(k, a)
+  if a[2] ~= '' then redis.call('ZADD', k[1], a[2], a[1]) end
+end
+""",
+)
+""":meth:`Stops.recheck_run` as a piece of a script spanning owners (``a``: the run id, when
+to re-check it or ``""`` for no re-check); see :mod:`bot.store.lua_parts`."""
+
+
+def recheck_run_part(keys: Keys, run_id: str, *, at: float | None) -> Part:
+    """:data:`RECHECK_RUN`'s part: re-check ``run_id``'s hard stop ``at`` (None: do not)."""
+    return Part(
+        fragment=RECHECK_RUN, keys=(keys.stops_pending,), args=(run_id, "" if at is None else at)
+    )
 
 
 class Stops(RedisOwner):

@@ -18,7 +18,8 @@ from bot.commands import default_router
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import InboundBusy
-from bot.gateway.ingress import Admit, Ingress, admit
+from bot.gateway.admission import Admit, admit
+from bot.gateway.ingress import Ingress
 from bot.sessions import requester_session_key
 from bot.store.dedupe import Claimed, Dedupe
 from bot.store.jobs import TURNS_QUEUE, turn_lane

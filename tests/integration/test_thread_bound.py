@@ -116,12 +116,14 @@ def test_only_a_bound_runs_announce_in_its_thread_is_copied(deps: Deps) -> None:
     record = spawn_run(deps)
     early = Outbound.from_json(
         {"thread": THREAD.to_json(), "text": "x", "kind": "announce",
-         "idempotency_key": f"announce:{record.run_id}"}
+         "idempotency_key": f"announce:{record.run_id}", "run_id": record.run_id}
     )  # fmt: skip
     assert parent_announce(deps, early) is None  # pending: it announced where it came from
     thread_opened(deps, record.run_id, thread=CHILD, link=LINK)
     assert parent_announce(deps, early) is None  # posted before the thread was open
-    reply = Outbound(thread=CHILD, text="x", idempotency_key=f"announce:{record.run_id}")
+    reply = Outbound(
+        thread=CHILD, text="x", idempotency_key=f"announce:{record.run_id}", run_id=record.run_id
+    )
     assert parent_announce(deps, reply) is None  # not an announce
 
 

@@ -1,7 +1,7 @@
 import pytest
 
 from bot.config import PlatformAccess, Settings
-from bot.gateway.ingress import Verdict, decide
+from bot.gateway.admission import Verdict, decide
 from bot.types import Inbound, Sender, ThreadRef
 
 

@@ -18,7 +18,7 @@ from bot.agent.loop import LoopControl, Meter, run_loop
 from bot.agent.tools import NoArgs, Tool, execute_tool
 from bot.config import OpenAISettings, Settings
 from bot.errors import ToolError
-from bot.gateway.ingress import cap_inbound
+from bot.gateway.admission import cap_inbound
 from bot.runs.render import history_note, render_announce
 from bot.text.chunking import split_markdown
 from bot.text.clip import clip, clip_markdown, cut_note, split_note

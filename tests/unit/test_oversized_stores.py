@@ -13,7 +13,8 @@ from rq.serializers import JSONSerializer
 from bot.commands import default_router
 from bot.config import Settings
 from bot.deps import Deps
-from bot.gateway.ingress import Ingress, Verdict
+from bot.gateway.admission import Verdict
+from bot.gateway.ingress import Ingress
 from bot.runs.finalize import finalize_run
 from bot.text.clip import clip, cut_note
 from bot.types import Inbound, RunRecord, RunStatus, Sender, ThreadRef

@@ -1,0 +1,92 @@
+"""The pure guards in front of ingress's handlers (state in, decision out; table-tested).
+
+:func:`admit`: what to do with one delivery of an event, given its dedupe claim;
+:func:`decide`: the middleware's rules (own and bots' messages, edits, empty messages,
+the access policy, mention gating); :func:`cap_inbound`: an oversized message cut to the
+limit. :mod:`bot.gateway.ingress` applies them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from bot.config import PlatformAccess, Settings
+from bot.store.dedupe import Claimed
+from bot.text.clip import clip
+from bot.types import Inbound
+
+CLAIM_SECONDS = 30
+"""How long a delivery that died before enqueueing holds up the redeliveries of its event."""
+
+
+class Admit(enum.StrEnum):
+    """What to do with one delivery of an inbound event, given its claim."""
+
+    HANDLE = "handle"
+    DUPLICATE = "duplicate"
+    BUSY = "busy"
+    TAKE_OVER = "take over"
+
+
+def admit(claimed: Claimed, *, other_job_exists: bool, hold_seconds: float) -> Admit:
+    """The dedupe decision (pure; see :mod:`bot.store.dedupe`)."""
+    if claimed.mine:
+        return Admit.HANDLE
+    if claimed.done or other_job_exists:
+        return Admit.DUPLICATE  # handled, or its delivery died after enqueueing
+    if claimed.age < hold_seconds:
+        return Admit.BUSY
+    return Admit.TAKE_OVER  # that delivery died before enqueueing
+
+
+class Verdict(enum.StrEnum):
+    """What the middleware decided for one inbound message."""
+
+    ACCEPT = "accept"
+    SELF = "ignored: own message"
+    BOT = "ignored: another bot"
+    EDIT = "ignored: edit"
+    EMPTY = "ignored: empty"
+    DENIED = "ignored: not allowed"
+    UNADDRESSED = "ignored: not addressed to the bot"
+
+
+def platform_access(settings: Settings, platform: str) -> PlatformAccess:
+    access = getattr(settings, platform, None)
+    return access if isinstance(access, PlatformAccess) else PlatformAccess()
+
+
+def decide(
+    inbound: Inbound, *, settings: Settings, access: PlatformAccess, session_exists: bool
+) -> Verdict:
+    """The middleware's rules, in order (pure)."""
+    if inbound.sender.is_self:
+        return Verdict.SELF
+    if inbound.sender.is_bot:
+        return Verdict.BOT
+    if inbound.is_edit:
+        return Verdict.EDIT
+    if not inbound.text.strip() and not inbound.attachments:
+        return Verdict.EMPTY
+    if access.allow_users and inbound.sender.user_id not in access.allow_users:
+        return Verdict.DENIED
+    if access.allow_chats and inbound.thread.chat not in access.allow_chats:
+        return Verdict.DENIED
+    addressed = inbound.mentioned or inbound.is_dm or not settings.gateway.require_mention
+    continues = access.continue_threads and inbound.thread.thread is not None and session_exists
+    if not (addressed or continues):
+        return Verdict.UNADDRESSED
+    return Verdict.ACCEPT
+
+
+def cap_inbound(inbound: Inbound, limit: int) -> tuple[Inbound, int]:
+    """``inbound`` with its text cut to ``limit`` characters plus a note (pure).
+
+    Returns:
+        The message to handle and how many characters were cut (0: unchanged).
+    """
+    cut = len(inbound.text) - limit
+    if cut <= 0:
+        return inbound, 0
+    return dataclasses.replace(inbound, text=clip(inbound.text, limit)), cut

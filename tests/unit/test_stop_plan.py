@@ -7,12 +7,12 @@ from dataclasses import replace
 import pytest
 
 from bot.runs.approval_gate import RESUME_PREFIX
-from bot.runs.render import format_duration
+from bot.text.units import duration
 from bot.runs.stop_plan import StopPlan, StopState, plan_stop, stop_note, to_stop
 from bot.types import RunRecord, RunStatus, ThreadRef
 
 NOW = 1_000.0
-RAN = format_duration(65)  # how long RUNNING ran, as the notes show it
+RAN = duration(65)  # how long RUNNING ran, as the notes show it
 BY = "alice (slack:U1)"
 
 
@@ -114,7 +114,7 @@ def test_the_cascade_stops_unfinished_descendants_and_cancels_only_its_own_fan_i
     (c1,) = top.children
     assert c1.run_id == "c1" and c1.hard_stop and c1.cancel_joins == ("c1-1",)
     assert c1.notes.startswith(
-        f"stopped by {BY} (its parent #1 was stopped) after {format_duration(1)} (3 "
+        f"stopped by {BY} (its parent #1 was stopped) after {duration(1)} (3 "
     )
     (g1,) = c1.children
     assert g1.cancel_job == "job-g1" and not g1.children

@@ -1,8 +1,8 @@
 """RQ job entry points. Each takes and returns JSON-able data.
 
 A job gets what it needs from the :class:`~workers.context.WorkerContext` its worker
-serves it (:func:`workers.context.current`). The launcher builds that context and calls
-:func:`warm_up` on it once, before it forks its workers, so every forked work horse
+serves it (:func:`workers.context.current`). The launcher builds that context once
+(:func:`warm_up`), before it forks its workers, so every forked work horse
 inherits ready dependencies: the stores and the model client (whose TLS set-up alone
 costs a few hundred milliseconds per job otherwise). A job run outside a fanbot worker
 builds its own.

@@ -1,2 +1,6 @@
-"""Benchmarks behind ``fanbot bench``: :mod:`~bot.bench.soak`, :mod:`~bot.bench.latency`,
-:mod:`~bot.bench.stop_latency`. They measure; the test suite asserts behaviour."""
+"""Benchmarks behind ``fanbot bench`` (:mod:`~bot.bench.bench_commands`): ``soak``
+(:mod:`~bot.bench.soak`), ``latency`` (:mod:`~bot.bench.latency`), ``stop``
+(:mod:`~bot.bench.stop_latency`), ``compare`` against bare RQ
+(:mod:`~bot.bench.compare`) and ``map``, the code's figures (:mod:`~bot.bench.code_map`,
+:mod:`~bot.bench.path_trace`). They measure; the test suite asserts behaviour. Not
+production code: only the CLI loads this package, by name, for ``fanbot bench``."""

@@ -13,7 +13,7 @@ import redis
 
 from bot.keys import Keys
 
-OUTBOX_GROUP = "gateway"  # bot.gateway.egress.GROUP (not imported: the gateway is a process)
+OUTBOX_GROUP = "gateway"  # bot.store.outbox.GROUP (not imported: the gateway is a process)
 _ERROR = re.compile(r"\b(?:ERROR|CRITICAL)\b")
 _ID_PART = re.compile(r"[0-9a-f]{8}-[0-9a-f-]{27}|[0-9a-f]{16,}|-?\d+(?:\.\d+)?")
 

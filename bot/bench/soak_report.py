@@ -12,7 +12,7 @@ from bot.testing.fake_telegram import SentMessage
 from bot.types import RunRecord
 
 MIB = 1024 * 1024
-_VERBS = "finished|failed|timed out|was stopped|ended unexpectedly"  # bot.announce headlines
+_VERBS = "finished|failed|timed out|was stopped|ended unexpectedly"  # bot.runs.render.ENDED_VERBS
 _ANNOUNCE = re.compile(rf'^\S+ Subagent #\d+ "(soak-\d+)" \(.*\) (?:{_VERBS})')
 _STATUS_LINE = re.compile(r"^Status: (\w+)$", re.MULTILINE)
 

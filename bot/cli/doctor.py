@@ -5,7 +5,7 @@ is wrong in one line; secrets are never printed.
 
 Messages the gateway could not deliver within its retry budget wait in the dead-letter
 stream; the check names how many, the newest one and its reason, and how to look at them
-and to put them back into the outbox (:func:`replay_dead_letters`) once the cause is fixed.
+and to put them back into the outbox (:func:`replay`) once the cause is fixed.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
-"""Chat commands: the registry (every command once), parsing (pure), the router, and the
-handlers that call the run lifecycle."""
+"""Chat commands: the registry (every command once, :mod:`~bot.commands.registry`), parsing
+(pure, :mod:`~bot.commands.parse`), the router and ``/help``
+(:mod:`~bot.commands.router`), and the handlers that call the run lifecycle:
+:mod:`~bot.commands.subagents` (``list|info|log|send|stop`` and ``/stop``),
+:mod:`~bot.commands.spawn_command`, :mod:`~bot.commands.schedule_chat`, with their answers
+rendered by :mod:`~bot.commands.answers`."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ picks up with the next event). The status message's platform id is kept in Redis
 (:class:`bot.store.progress.ProgressStore`) so a restarted gateway edits the same
 message instead of posting a new one.
 
-A card reads as seed 003's progress lines (type tag, tool count and time as the run goes,
-a final tally); a run that ends quietly (``ANNOUNCE_SKIP``) has its card deleted where the
+A card reads as learn-claude-code's progress lines (type tag, tool count and time as the run
+goes, a final tally); a run that ends quietly (``ANNOUNCE_SKIP``) has its card deleted where the
 adapter can (:class:`~bot.ports.DeletingChannel`), else edited to a neutral line.
 
 A card is finished when the announce lands: given egress's ``announcing``, the final edit
@@ -52,7 +52,7 @@ def status_text(
     elapsed: float | None = None,
     note: str = "",
 ) -> str:
-    """A status card's text (pure), as seed 003's progress lines::
+    """A status card's text (pure), as learn-claude-code's progress lines::
 
         ⏳ [explore] Subagent #2 "Research" — step 3 · 🔧 search · 1200 tokens · 5 tools, 3.2s
         ✅ [explore] Subagent #2 "Research" — success (8 tools, 5.1s)

@@ -26,19 +26,19 @@ process: scrape one target, or aggregate with ``max`` (not ``sum``) across targe
 Modules
 -------
 
-==============  ======================================================================
-module          what
-==============  ======================================================================
-``catalog``     every metric's name, help, labels and buckets; events -> updates (pure)
-``export``      the Prometheus collector read at scrape time
-``record``      one-line hooks for sync code (spawn, finalize, jobs)
-``jobs``        the job entry points' scope: span, queue wait, model tokens and cost
-``scope``       contextvars naming the current run and session; the model-call hook
-``tracing``     optional OpenTelemetry (``fanbot[otel]``), a no-op when not configured
-``health``      readiness checks -> status and JSON body (pure)
-``gateway``     the gateway's routes, ingress span and inbound/egress counting
-``serve``       the worker launcher's ``--metrics-port`` HTTP server
-==============  ======================================================================
+================  ====================================================================
+module            what
+================  ====================================================================
+``metric_defs``   every metric's name, help, labels and buckets; events -> updates (pure)
+``export``        the Prometheus collector read at scrape time
+``record``        one-line hooks for sync code (spawn, jobs, ingress)
+``job_observer``  the job entry points' scope: span, queue wait, model tokens and cost
+``scope``         contextvars naming the current run and session; the model-call hook
+``tracing``       optional OpenTelemetry (``fanbot[otel]``), a no-op when not configured
+``health``        readiness checks -> status and JSON body (pure)
+``gateway``       the gateway's routes, ingress span and inbound/egress counting
+``serve``         the worker launcher's ``--metrics-port`` HTTP server
+================  ====================================================================
 
 The Redis structures belong to :mod:`bot.store.metrics`.
 """

@@ -1,4 +1,4 @@
-"""What a run tells its status card: progress lines as in learn-claude-code (seed 003).
+"""What a run tells its status card: progress lines as in learn-claude-code.
 
 While it works, and when it ends::
 

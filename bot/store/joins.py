@@ -2,7 +2,7 @@
 
 A join moves ``open -> sealed -> fired -> started``, or to ``cancelled`` from any of the
 first three. The turn that spawns opens it with its first joined run
-(:meth:`RunsRegistry.create` adds each run to ``join:{id}:pending`` in the same script that
+(:meth:`~bot.store.runs.RunsRegistry.create` adds each run to ``join:{id}:pending`` in the same script that
 records the run, and only while the join is open); the turn seals it when it ends. The join
 fires when it is sealed and its pending set is empty, decided in one script: by the seal
 (every run already ended) or by the terminal transition of its last run (the finalize script

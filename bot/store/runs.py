@@ -1,10 +1,11 @@
 """The runs registry: one hash per run in Redis, the source of truth for run status.
 
-Every terminal transition goes through :meth:`RunsRegistry.finalize`, one Lua script that
-compare-and-sets the status, stamps ``ended_at``, drops the run from the active set and
-from RQ's concurrency slot, writes the announce to the outbox and the result to the
-requester's history, and schedules archiving — all or nothing. Repeats are no-ops, so every
-path that may end a run (the job itself, RQ callbacks, the reaper, a stop) can call it.
+Every terminal transition goes through :meth:`RunsRegistry.end`, one Lua script (the
+finalize script, :mod:`bot.store.finalize_script`) that compare-and-sets the status, stamps
+``ended_at``, drops the run from the active set and from its subagent slot, writes the
+announce to the outbox and the result to the requester's history, and schedules archiving —
+all or nothing. Repeats are no-ops, so every path that may end a run (the job itself, RQ
+callbacks, the reaper, a stop) can call it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Test doubles shipped with fanbot, so you can test your own bot the way fanbot tests itself.
 
 Protocol-level fakes of the platforms and the model (real SDKs talk to them over loopback
-HTTP), a scripted model, an in-process model for unit tests of the agent loop, an in-memory channel, a private Redis and Synapse, the end-to-end
+HTTP), a scripted model, an in-process model for unit tests of the agent loop
+(``FunctionModel``), an in-memory channel, a private Redis and Synapse, the end-to-end
 harness (gateway + forked workers), and waits on a condition. Importing this package
 starts nothing; every server starts when you enter it (``async with`` / ``with``).
 

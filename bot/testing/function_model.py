@@ -12,7 +12,7 @@ fake does). So one script, a :class:`~bot.testing.ScriptedModel` too, serves bot
 
 Use it for unit tests of the agent loop in one process; a run in a forked worker talks to
 its model over HTTP, so end-to-end tests keep :class:`~bot.testing.FakeOpenAI`. HTTP
-failures (:class:`Fail`, :class:`Hang`) belong to the wire fake, and raise here.
+failures (:class:`~bot.testing.Fail`, :class:`~bot.testing.Hang`) belong to the wire fake, and raise here.
 """
 
 from __future__ import annotations

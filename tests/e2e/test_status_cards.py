@@ -1,5 +1,6 @@
 """Status cards end to end (forked workers, the gateway's renderer, a memory channel):
-seed 003's tally at the end, and a quiet end for a run that answers ``ANNOUNCE_SKIP``."""
+learn-claude-code's tally at the end, and a quiet end for a run that answers
+``ANNOUNCE_SKIP``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Status cards: seed 003's progress lines, and a quiet end for a run that announces nothing.
+"""Status cards: learn-claude-code's progress lines, and a quiet end for a run that announces
+nothing.
 
 Pure rendering is table-tested; the worker side (execute, finalize) and the gateway side
-(:class:`ProgressRenderer`) run against real Redis and a :class:`MemoryChannel`.
+(:class:`~bot.gateway.status_cards.ProgressRenderer`) run against real Redis and a
+:class:`~bot.testing.MemoryChannel`.
 """
 
 from __future__ import annotations

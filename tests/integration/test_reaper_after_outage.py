@@ -45,7 +45,7 @@ def sweep_for(deps: Deps, seconds: float, steady: float) -> None:
 
 def test_the_reaper_waits_until_redis_has_been_steady(deps: Deps) -> None:
     record = spawn_run(deps)
-    assert deps.runs.mark_running(record.run_id, heartbeat_ttl=0.01)
+    assert deps.runs.start(record.run_id, heartbeat_ttl=0.01).started
     time.sleep(STALE * 2)  # no heartbeat since: the reaper would end it now
 
     sweep_for(deps, 1.0, steady=STALE / 2)  # Redis came back a moment ago

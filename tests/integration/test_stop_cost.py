@@ -81,7 +81,7 @@ def running_run(deps: Deps) -> RunRecord:
         deps=deps, session_key=session, thread=THREAD, requester="slack:U1", agent_id="main"
     )
     run_id = str(spawn(ctx, SpawnArgs(task="t"))["runId"])
-    assert deps.runs.mark_running(run_id, heartbeat_ttl=30)
+    assert deps.runs.start(run_id, heartbeat_ttl=30).started
     record = deps.runs.get(run_id)
     assert record is not None
     return record

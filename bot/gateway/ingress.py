@@ -51,7 +51,7 @@ from bot.runs.send import SendOutcome, send
 from bot.runs.thread_children import bound_run
 from bot.sessions import requester_session_key
 from bot.store.dedupe import Dedupe
-from bot.store.jobs import TurnJob, new_turn_job_id
+from bot.store.jobs import TurnJob, TurnJobIds
 from bot.types import Inbound, Outbound, OutboundKind, RunRecord
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,7 @@ class Ingress:
     def __init__(self, *, deps: Deps, router: CommandRouter) -> None:
         self.deps = deps
         self.router = router
+        self.turn_ids = TurnJobIds()
         self.handlers: tuple[Handler, ...] = (
             Handler(name="approval decision", match=self._is_decision, handle=self._decide),
             Handler(name="ignored", match=self._is_ignored, handle=self._ignore),
@@ -135,7 +136,7 @@ class Ingress:
         platform, event = inbound.thread.platform, inbound.dedupe_id
         ttl = self.deps.settings.gateway.dedupe_ttl_seconds
         token = uuid.uuid4().hex
-        job_id = new_turn_job_id(token)
+        job_id = self.turn_ids.new(token)
         value = Dedupe.claim_value(token, job_id)
         claimed = self.deps.dedupe.claim(platform, event, value=value, ttl=ttl)
         exists = bool(claimed.job_id) and not claimed.mine and self.deps.jobs.exists(claimed.job_id)

@@ -13,6 +13,7 @@ dotted name, so ``bot`` never imports ``workers``; payloads are JSON
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -150,17 +151,23 @@ class RunJobSpec:
     per_session: int | None = None
 
 
-_last_ms = [0]
+class TurnJobIds:
+    """Turn job ids that sort by creation time (RQ's rate-limit lane scores whole seconds
+    and breaks ties by id, so this keeps a session's turns in order). Within one maker the
+    millisecond part strictly increases, so two messages in one millisecond keep theirs; the
+    gateway's ingress holds the one maker of its process."""
 
+    def __init__(self) -> None:
+        self._last_ms = 0
+        self._lock = threading.Lock()
 
-def new_turn_job_id(token: str, *, now: float | None = None) -> str:
-    """A turn job id that sorts by creation time (RQ's rate-limit lane scores whole seconds
-    and breaks ties by id, so this keeps a session's turns in order). Within a process the
-    millisecond part strictly increases, so two messages in one millisecond keep theirs."""
-    ms = int((time.time() if now is None else now) * 1000)
-    if now is None:
-        ms = _last_ms[0] = max(ms, _last_ms[0] + 1)
-    return f"turn-{ms:013d}-{token[:12]}"
+    def new(self, token: str, *, now: float | None = None) -> str:
+        """A new id for the turn job of the message whose claim token is ``token``."""
+        ms = int((time.time() if now is None else now) * 1000)
+        if now is None:
+            with self._lock:
+                ms = self._last_ms = max(ms, self._last_ms + 1)
+        return f"turn-{ms:013d}-{token[:12]}"
 
 
 def turn_lane(session_key: str) -> str:

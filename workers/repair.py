@@ -51,14 +51,14 @@ from dataclasses import dataclass, field
 from rq.job import JobStatus
 
 from bot.deps import Deps
-from bot.store.rq_layout import Holder
+from bot.store.rq_layout import LaneHolder
 from bot.types import RunStatus
 
 log = logging.getLogger(__name__)
 
 _HOLDS_SLOT = (JobStatus.QUEUED, JobStatus.STARTED)
 FAIR_LANE = "fair:subagents"
-"""How the subagent slots are named in a :class:`Holder` (not an RQ lane)."""
+"""How the subagent slots are named in a :class:`LaneHolder` (not an RQ lane)."""
 
 
 class Action(enum.StrEnum):
@@ -78,7 +78,7 @@ class Action(enum.StrEnum):
     """Finished, failed, stopped, canceled or gone: the slot is free to take."""
 
 
-def decide(holder: Holder, *, now: float, grace: float) -> Action:
+def decide(holder: LaneHolder, *, now: float, grace: float) -> Action:
     """The repair for one slot holder (pure).
 
     Args:
@@ -141,7 +141,7 @@ def _rejoin_lines(deps: Deps, *, now: float, grace: float) -> list[str]:
     return rejoined
 
 
-def _fair_holders(deps: Deps, since: Mapping[str, float], *, now: float) -> list[Holder]:
+def _fair_holders(deps: Deps, since: Mapping[str, float], *, now: float) -> list[LaneHolder]:
     holders = []
     for run_id in deps.jobs.fair.holders():
         job_id = _slot_job(deps, run_id)
@@ -173,7 +173,7 @@ def _release_fair(deps: Deps, job_id: str) -> str:
     return run_id if deps.jobs.fair.release(run_id) else ""
 
 
-def _act(deps: Deps, plan: Iterable[tuple[Holder, Action]], *, now: float) -> Repaired:
+def _act(deps: Deps, plan: Iterable[tuple[LaneHolder, Action]], *, now: float) -> Repaired:
     done = Repaired()
     abandon_in: set[str] = set()
     for holder, action in plan:
@@ -201,7 +201,7 @@ def _act(deps: Deps, plan: Iterable[tuple[Holder, Action]], *, now: float) -> Re
     return done
 
 
-def _still_lost(plan: Iterable[tuple[Holder, Action]], *, now: float) -> dict[str, float]:
+def _still_lost(plan: Iterable[tuple[LaneHolder, Action]], *, now: float) -> dict[str, float]:
     return {
         h.job_id: now if a is Action.NOTE else (h.lost_since or now)
         for h, a in plan

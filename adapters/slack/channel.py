@@ -35,7 +35,7 @@ from adapters.slack import convert, markup
 from adapters.slack import files as slack_files
 from adapters.slack import http as slack_http
 from adapters.slack import parts as slack_parts
-from adapters.slack.ingest import Holder
+from adapters.slack.ingest import RetryingSink
 from adapters.slack.retry import TRANSIENT_EXCEPTIONS, BoundedRateLimitRetryHandler, delivery_error
 from bot.attachments import FileRef
 from bot.config import AttachmentSettings, SlackSettings
@@ -89,7 +89,7 @@ class SlackChannel:
         self._app: AsyncApp | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._sink: InboundSink | None = None
-        self._holder: Holder | None = None
+        self._holder: RetryingSink | None = None
         self._junk = ThrottledLog(log)
         self.identity: convert.BotIdentity | None = None
 
@@ -98,7 +98,7 @@ class SlackChannel:
     async def start(self, sink: InboundSink) -> None:
         """Check the token (``auth.test``), build the bolt app, connect Socket Mode."""
         self._sink = sink
-        self._holder = Holder(sink=sink)
+        self._holder = RetryingSink(sink=sink)
         self._session = aiohttp.ClientSession()
         self._client = AsyncWebClient(
             token=_secret(self._settings.bot_token),

@@ -2,7 +2,7 @@
 
 Slack redelivers an event that was not acknowledged only three times (at once, after a
 minute, after five), so a Redis outage longer than that would lose messages if the adapter
-relied on Slack alone. :class:`Holder` keeps retrying the sink, with back-off, for as long
+relied on Slack alone. :class:`RetryingSink` keeps retrying the sink, with back-off, for as long
 as the process lives; the listener acknowledges the event once the sink took it (Socket
 Mode waits for that; an HTTP delivery, which must be answered within 3 s, gets a 503 while
 the retries go on, and Slack's next retry finds the message taken). Deliveries of the same
@@ -27,7 +27,7 @@ MAX_HELD = 10_000
 """Messages retried at once; past it a message gets one try and Slack's own retries."""
 
 
-class Holder:
+class RetryingSink:
     """Retries the sink per message until it accepts.
 
     Args:

@@ -1,6 +1,6 @@
 """What egress does next with one outbox entry, decided without I/O.
 
-The loop in :mod:`bot.gateway.egress` observes (one Redis :class:`Snapshot` plus what its
+The loop in :mod:`bot.gateway.egress` observes (one Redis :class:`EntryState` plus what its
 own last send returned), asks :func:`decide`, performs the one action it gets, and
 observes again, until an action settles the entry (the style of matrix-nio's ``Client``:
 state in, actions out). Every branch here is table-tested without Redis or sleeps.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.config import GatewaySettings
-from bot.store.outbox import Snapshot
+from bot.store.outbox import EntryState
 
 RETRY_AFTER_CEILING = 900.0  # a platform's Retry-After is honoured up to this
 POLL_SECONDS = 0.25  # how often to look again while another gateway sends an entry
@@ -67,7 +67,7 @@ class State:
     malformed: bool = False
     adapter: bool = True
     ready: bool = True
-    snapshot: Snapshot
+    snapshot: EntryState
     attempts: int = 0
     sent: tuple[str, ...] | None = None
     failure: Failure | None = None

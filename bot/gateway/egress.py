@@ -2,7 +2,7 @@
 
 A consumer group spreads entries over gateways; each thread's entries go through one
 :class:`~bot.gateway.lane.Lane`, in order, so one slow or rate-limited thread never holds
-up the others. Each entry is settled by :class:`bot.gateway.sender.Sender` (observe,
+up the others. Each entry is settled by :class:`bot.gateway.sender.Deliverer` (observe,
 decide, act), which posts a split message part by part and records each part in Redis
 before the next, so nothing is posted twice by a retry, a restart or a second gateway; the
 lane readies the next entries while one is posted, and posts the next as soon as the one
@@ -30,9 +30,9 @@ from bot.gateway import delivery as d
 from bot.gateway.lane import Lane, Turn
 from bot.gateway.sender import (
     REDIS_ERRORS,
+    Deliverer,
     Entry,
     FileLoader,
-    Sender,
     lane_of,
     parse_entry,
     reraise_if_cancelling,
@@ -88,7 +88,7 @@ class Egress:
         self.outbox = Outbox(redis=redis, keys=keys)
         self.settings = settings
         self.consumer = consumer
-        self.sender = Sender(
+        self.sender = Deliverer(
             outbox=self.outbox,
             adapters=adapters,
             policy=d.Policy.of(settings),

@@ -34,7 +34,7 @@ from bot.observe import metric_defs as catalog
 from bot.observe.gateway import GatewayObserver, delivered_updates, observed_delivery
 from bot.ports import FileChannel, OutboundChannel, OutFile, PartLog
 from bot.store.metrics import Update
-from bot.store.outbox import Outbox, Snapshot, entry_time
+from bot.store.outbox import EntryState, Outbox, entry_time
 from bot.supervise.aio import cancel_all
 from bot.types import Outbound, OutboundKind, ThreadRef
 
@@ -102,7 +102,7 @@ class _Progress:
     parent_copy: asyncio.Task[Outbound | None] | None = None  # read while waiting to post
 
 
-class Sender:
+class Deliverer:
     """Delivers entries one at a time per caller (egress runs one per thread lane).
 
     Args:
@@ -187,7 +187,7 @@ class Sender:
         message, key = entry.message, entry.key
         platform = message.thread.platform if message else ""
         progress = _Progress()
-        seen: Snapshot | None = None
+        seen: EntryState | None = None
         async with self._lock_renewed(key, progress):
             while not self.closing:
                 # After a send that went through, what Redis said before it still holds:
@@ -211,7 +211,7 @@ class Sender:
                     return
                 seen = snapshot if progress.sent is not None else None
 
-    async def _observe(self, entry: Entry, progress: _Progress) -> Snapshot:
+    async def _observe(self, entry: Entry, progress: _Progress) -> EntryState:
         """Read the entry's state, taking its sending lock when it is free (see
         :meth:`Outbox.observe`)."""
         snapshot = await self.outbox.observe(

@@ -28,7 +28,7 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.observe import metric_defs as c
 from bot.redis.connect import connect
-from bot.store.metrics import Snapshot
+from bot.store.metrics import MetricsSnapshot
 from bot.types import RunStatus
 
 __all__ = ["CONTENT_TYPE_LATEST", "render"]
@@ -52,7 +52,7 @@ class FanbotCollector(Collector):
         yield from families
         yield _gauge(c.REDIS_UP, 1.0)
 
-    def _stored(self, snap: Snapshot) -> Iterator[Metric]:
+    def _stored(self, snap: MetricsSnapshot) -> Iterator[Metric]:
         for metric in c.METRICS:
             if metric.kind is c.Kind.COUNTER:
                 yield _counter(metric, snap)
@@ -117,7 +117,7 @@ def _values(metric: c.Metric, labels: tuple[tuple[str, str], ...]) -> list[str]:
     return [given.get(name, "") for name in metric.labels]
 
 
-def _counter(metric: c.Metric, snap: Snapshot) -> CounterMetricFamily:
+def _counter(metric: c.Metric, snap: MetricsSnapshot) -> CounterMetricFamily:
     family = CounterMetricFamily(metric.name, metric.help, labels=list(metric.labels))
     for (name, labels), value in sorted(snap.counters.items()):
         if name == metric.name:
@@ -125,7 +125,7 @@ def _counter(metric: c.Metric, snap: Snapshot) -> CounterMetricFamily:
     return family
 
 
-def _histogram(metric: c.Metric, snap: Snapshot) -> HistogramMetricFamily:
+def _histogram(metric: c.Metric, snap: MetricsSnapshot) -> HistogramMetricFamily:
     family = HistogramMetricFamily(metric.name, metric.help, labels=list(metric.labels))
     for (name, labels), hist in sorted(snap.histograms.items(), key=lambda kv: kv[0]):
         if name != metric.name:

@@ -74,17 +74,17 @@ class _Result(Protocol):
     def verdict(self) -> str: ...
 
 
-def outcome(result: _Result | None) -> catalog.Inbound:
+def outcome(result: _Result | None) -> catalog.InboundOutcome:
     """The ``outcome`` label of one ingress result (pure; ``None``: ingress crashed)."""
     if result is None:
-        return catalog.Inbound.ERROR
+        return catalog.InboundOutcome.ERROR
     if result.duplicate:
-        return catalog.Inbound.DEDUPED
+        return catalog.InboundOutcome.DEDUPED
     if result.verdict == "accept":
-        return catalog.Inbound.ACCEPTED
+        return catalog.InboundOutcome.ACCEPTED
     if result.verdict == "ignored: not allowed":
-        return catalog.Inbound.REFUSED
-    return catalog.Inbound.IGNORED
+        return catalog.InboundOutcome.REFUSED
+    return catalog.InboundOutcome.IGNORED
 
 
 class _Observed(Protocol):
@@ -127,10 +127,10 @@ def counted_routes(
             try:
                 response: web.StreamResponse = await handler(request)
             except web.HTTPClientError:
-                await observer.add(catalog.inbound(platform, catalog.Inbound.BAD_REQUEST))
+                await observer.add(catalog.inbound(platform, catalog.InboundOutcome.BAD_REQUEST))
                 raise
             if response.status in BAD_REQUEST_STATUSES:
-                await observer.add(catalog.inbound(platform, catalog.Inbound.BAD_REQUEST))
+                await observer.add(catalog.inbound(platform, catalog.InboundOutcome.BAD_REQUEST))
             return response
 
         return run

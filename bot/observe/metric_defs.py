@@ -37,7 +37,7 @@ class Metric:
     labels: tuple[str, ...] = ()
 
 
-class Inbound(enum.StrEnum):
+class InboundOutcome(enum.StrEnum):
     """What the gateway did with one inbound event (the ``outcome`` label)."""
 
     ACCEPTED = "accepted"  # a turn was queued or a command answered
@@ -60,7 +60,7 @@ MODEL_COST = Metric("fanbot_model_cost_usd", Kind.COUNTER, "Estimated USD (confi
 DELIVERED = Metric("fanbot_outbox_delivered", Kind.COUNTER, "Outbox messages the platform accepted.", ("platform", "kind"))  # fmt: skip
 RETRIES = Metric("fanbot_outbox_retries", Kind.COUNTER, "Failed sends that will be retried.", ("platform",))  # fmt: skip
 DEAD_LETTERS = Metric("fanbot_outbox_dead_letters", Kind.COUNTER, "Messages moved to the dead-letter stream.", ("platform",))  # fmt: skip
-INBOUND = Metric("fanbot_gateway_inbound", Kind.COUNTER, "Inbound platform events by outcome.", ("platform", "outcome"))  # fmt: skip
+INBOUND = Metric("fanbot_gateway_inbound", Kind.COUNTER, "InboundOutcome platform events by outcome.", ("platform", "outcome"))  # fmt: skip
 
 QUEUE_DEPTH = Metric("fanbot_queue_depth", Kind.GAUGE, "Jobs waiting on the queue for a free worker.", ("queue",))  # fmt: skip
 QUEUE_EXECUTING = Metric("fanbot_queue_executing", Kind.GAUGE, "Jobs of the queue a worker is executing.", ("queue",))  # fmt: skip
@@ -86,7 +86,7 @@ def _observe(metric: Metric, labels: dict[str, str], seconds: float) -> Observe:
     return Observe(metric.name, labels, max(0.0, seconds), LATENCY_BUCKETS)
 
 
-def inbound(platform: str, outcome: Inbound) -> list[Update]:
+def inbound(platform: str, outcome: InboundOutcome) -> list[Update]:
     return [Count(INBOUND.name, {"platform": platform, "outcome": outcome.value})]
 
 

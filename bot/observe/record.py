@@ -30,5 +30,5 @@ def run_spawned(deps: Deps, record: RunRecord) -> None:
     write(deps, catalog.run_started(record))
 
 
-def inbound(deps: Deps, platform: str, outcome: catalog.Inbound) -> None:
+def inbound(deps: Deps, platform: str, outcome: catalog.InboundOutcome) -> None:
     write(deps, catalog.inbound(platform, outcome))

@@ -1,6 +1,6 @@
 """What the current job is, for logs, metrics and spans deep inside it (contextvars).
 
-A job entry point (:func:`bot.observe.job_observer.job_scope`) binds a :class:`Scope`: the run id
+A job entry point (:func:`bot.observe.job_observer.job_scope`) binds a :class:`JobScope`: the run id
 and session key that JSON log lines carry, and the callbacks the model client reports to
 (:func:`model_call`). Code that runs outside any job (the gateway, a test) sees the empty
 scope, whose callbacks are absent: reporting is a no-op there.
@@ -27,7 +27,7 @@ ModelReport = Callable[[str, Usage, bool], None]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scope:
+class JobScope:
     """The job this code runs for.
 
     Attributes:
@@ -43,15 +43,15 @@ class Scope:
     on_first_token: Callable[[], None] | None = None
 
 
-_scope: ContextVar[Scope] = ContextVar("fanbot_scope", default=Scope())  # noqa: B039
+_scope: ContextVar[JobScope] = ContextVar("fanbot_scope", default=JobScope())  # noqa: B039
 
 
-def current() -> Scope:
+def current() -> JobScope:
     return _scope.get()
 
 
 @contextlib.contextmanager
-def bound(**fields: Any) -> Iterator[Scope]:
+def bound(**fields: Any) -> Iterator[JobScope]:
     """Bind the current scope with ``fields`` replaced for the block."""
     scope = dataclasses.replace(current(), **fields)
     token = _scope.set(scope)

@@ -27,7 +27,7 @@ from bot.config import BudgetSettings, Settings, SubagentType
 from bot.deps import Deps
 from bot.errors import BudgetExceeded, SpawnRejected
 from bot.prices import estimate_cost
-from bot.store.budgets import Reservation, Scope, Spend
+from bot.store.budgets import Reservation, Spend, SpendScope
 from bot.text import units
 from bot.types import RunRecord, Usage
 
@@ -89,17 +89,17 @@ def utc_day(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d")
 
 
-def daily_scopes(settings: Settings, *, session_key: str, user: str, day: str) -> list[Scope]:
+def daily_scopes(settings: Settings, *, session_key: str, user: str, day: str) -> list[SpendScope]:
     b = settings.budgets
     return [
-        Scope(
+        SpendScope(
             kind="thread",
             ident=session_key,
             day=day,
             max_tokens=b.thread_daily_tokens,
             max_usd=b.thread_daily_usd,
         ),
-        Scope(
+        SpendScope(
             kind="user",
             ident=user,
             day=day,
@@ -109,18 +109,18 @@ def daily_scopes(settings: Settings, *, session_key: str, user: str, day: str) -
     ]
 
 
-def run_scopes(settings: Settings, record: RunRecord, day: str) -> list[Scope]:
+def run_scopes(settings: Settings, record: RunRecord, day: str) -> list[SpendScope]:
     """The scopes a run's model call counts toward: the run, its tree, thread and user."""
     b = settings.budgets
     root = record.root_run_id or record.run_id
     return [
-        Scope(
+        SpendScope(
             kind="run",
             ident=record.run_id,
             max_tokens=record.max_tokens,
             max_usd=record.max_cost_usd,
         ),
-        Scope(kind="tree", ident=root, max_tokens=b.tree_tokens, max_usd=b.tree_usd),
+        SpendScope(kind="tree", ident=root, max_tokens=b.tree_tokens, max_usd=b.tree_usd),
         *daily_scopes(settings, session_key=record.session_key, user=record.requester, day=day),
     ]
 
@@ -146,7 +146,7 @@ def amount(unit: str, value: float) -> str:
     return usd_text(value) if unit == "usd" else f"{units.tokens(int(value), trim=True)} tokens"
 
 
-def _of(scope: Scope, unit: str) -> float:
+def _of(scope: SpendScope, unit: str) -> float:
     limit = scope.max_usd if unit == "usd" else scope.max_tokens
     return float(limit or 0)
 
@@ -155,7 +155,7 @@ def _value(spend: Spend, unit: str) -> float:
     return spend.usd if unit == "usd" else float(spend.tokens)
 
 
-def exhausted_text(scope: Scope, spend: Spend, unit: str, *, person: bool = False) -> str:
+def exhausted_text(scope: SpendScope, spend: Spend, unit: str, *, person: bool = False) -> str:
     """Why a call may not happen, naming the limit and the spend (pure); ``person``: said
     to the requester rather than written in a run's notes."""
     used, limit = _value(spend, unit), _of(scope, unit)
@@ -172,15 +172,15 @@ def exhausted_text(scope: Scope, spend: Spend, unit: str, *, person: bool = Fals
     return f"{who} daily budget ({bare} of {amount(unit, limit)}); it resets at 00:00 UTC{end}"
 
 
-def warning_text(scope: Scope, spend: Spend, unit: str) -> str:
+def warning_text(scope: SpendScope, spend: Spend, unit: str) -> str:
     """The note a nearly spent limit adds to the next model call (pure)."""
     share = int(100 * _value(spend, unit) / _of(scope, unit))
     return f"budget: {share} % of {OWNERS[scope.kind]} {amount(unit, _of(scope, unit))} used; finish up"
 
 
 def crossed(
-    scopes: Sequence[Scope], spent: Sequence[Spend], fraction: float
-) -> list[tuple[float, Scope, str]]:
+    scopes: Sequence[SpendScope], spent: Sequence[Spend], fraction: float
+) -> list[tuple[float, SpendScope, str]]:
     """``(share, scope, unit)`` of each limit at or past ``fraction`` of it (pure)."""
     found = []
     for scope, spend in zip(scopes, spent, strict=True):
@@ -205,7 +205,7 @@ class BudgetGuard:
     """
 
     deps: Deps
-    scopes_for: Callable[[str], Sequence[Scope]]
+    scopes_for: Callable[[str], Sequence[SpendScope]]
     wait: float = 60.0
     checkpoint: Callable[[], None] = lambda: None
     person: bool = False
@@ -332,11 +332,11 @@ def spawn_limits(deps: Deps, sub_type: SubagentType, ask: SpawnBudget) -> Limits
         return limits
     b = deps.settings.budgets
     root = ask.root_run_id or ask.parent_run_id
-    tree = deps.budgets.spent(Scope(kind="tree", ident=root))
+    tree = deps.budgets.spent(SpendScope(kind="tree", ident=root))
     caps = [left(Limits(tokens=b.tree_tokens, usd=b.tree_usd), tree)]
     parent = deps.runs.get(ask.parent_run_id)
     if parent is not None:
-        spent = deps.budgets.spent(Scope(kind="run", ident=parent.run_id))
+        spent = deps.budgets.spent(SpendScope(kind="run", ident=parent.run_id))
         caps.append(left(Limits(tokens=parent.max_tokens, usd=parent.max_cost_usd), spent))
     limits = clamp(limits, *caps)
     if limits.tokens == 0 or limits.usd == 0:
@@ -360,8 +360,8 @@ def run_spend(deps: Deps, record: RunRecord) -> RunSpend:
     b = deps.settings.budgets
     root = record.root_run_id or record.run_id
     return RunSpend(
-        run=deps.budgets.spent(Scope(kind="run", ident=record.run_id)),
-        tree=deps.budgets.spent(Scope(kind="tree", ident=root)),
+        run=deps.budgets.spent(SpendScope(kind="run", ident=record.run_id)),
+        tree=deps.budgets.spent(SpendScope(kind="tree", ident=root)),
         run_limits=Limits(tokens=record.max_tokens, usd=record.max_cost_usd),
         tree_limits=Limits(tokens=b.tree_tokens, usd=b.tree_usd),
     )

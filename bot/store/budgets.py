@@ -1,6 +1,6 @@
 """Spend counters and their holds: the one owner of the ``budget:*`` keys.
 
-Each :class:`Scope` (a run, a run tree, a thread's day, a user's day) is one hash: the
+Each :class:`SpendScope` (a run, a run tree, a thread's day, a user's day) is one hash: the
 settled spend (``tokens``, ``usd``) and one ``h:<holdId>`` field per model call in flight
 (``"<tokens> <usd> <expires_at>"``). Before a call, :meth:`Budgets.reserve` checks every
 scope the call counts toward and, only if all admit it, holds the call's estimate in each,
@@ -95,7 +95,7 @@ the day index members (``kind|ident``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scope:
+class SpendScope:
     """One spend counter and its limits.
 
     Attributes:
@@ -140,10 +140,10 @@ class Reservation:
     """
 
     hold_id: str
-    scopes: tuple[Scope, ...]
+    scopes: tuple[SpendScope, ...]
     ok: bool
     spent: tuple[Spend, ...] = ()
-    refused: Scope | None = None
+    refused: SpendScope | None = None
     refused_spend: Spend = Spend()
     unit: str = ""
     held_only: bool = False
@@ -165,11 +165,11 @@ class Budgets(RedisOwner):
         super().__init__(redis=redis, keys=keys)
         self.ttl = max(int(ttl_seconds), 2 * 86_400)
 
-    def key(self, scope: Scope) -> str:
+    def key(self, scope: SpendScope) -> str:
         return self.keys.budget(scope.kind, scope.ident, scope.day)
 
     def reserve(
-        self, scopes: Sequence[Scope], *, tokens: int, usd: float, hold_seconds: float
+        self, scopes: Sequence[SpendScope], *, tokens: int, usd: float, hold_seconds: float
     ) -> Reservation:
         """Hold ``tokens``/``usd`` in every scope, or in none when one is spent."""
         hold_id = uuid.uuid4().hex
@@ -204,7 +204,7 @@ class Budgets(RedisOwner):
         raw: list[Any] = self._settle(keys=keys, args=args + members)
         return tuple(_spend(as_text(raw[i]), as_text(raw[i + 1])) for i in range(0, len(raw), 2))
 
-    def spent(self, scope: Scope) -> Spend:
+    def spent(self, scope: SpendScope) -> Spend:
         """The scope's settled spend (holds not counted)."""
         tokens, usd = self.redis.hmget(self.key(scope), ["tokens", "usd"])
         return _spend(as_text(tokens or "0"), as_text(usd or "0"))
@@ -215,7 +215,7 @@ class Budgets(RedisOwner):
         found = []
         for member in sorted(as_text(m) for m in raw):
             kind, _, ident = member.partition("|")
-            found.append((kind, ident, self.spent(Scope(kind=kind, ident=ident, day=day))))
+            found.append((kind, ident, self.spent(SpendScope(kind=kind, ident=ident, day=day))))
         return found
 
 

@@ -92,7 +92,7 @@ class Histogram:
 
 
 @dataclass(kw_only=True)
-class Snapshot:
+class MetricsSnapshot:
     """Every counter and histogram series, keyed by ``(name, labels)``."""
 
     counters: dict[tuple[str, Labels], float] = field(default_factory=dict)
@@ -177,13 +177,13 @@ class MetricsStore(RedisOwner):
         ]
         return Part(fragment=APPLY_METRICS, keys=keys, args=(json.dumps(ops),))
 
-    def read(self) -> Snapshot:
+    def read(self) -> MetricsSnapshot:
         """Every series, in one round trip."""
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.metrics_counters)
             pipe.hgetall(self.keys.metrics_histograms)
             counters, histograms = pipe.execute()
-        snap = Snapshot()
+        snap = MetricsSnapshot()
         for raw, value in counters.items():
             snap.counters[parse_series(as_text(raw))] = float(as_text(value))
         for raw, value in histograms.items():

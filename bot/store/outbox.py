@@ -158,7 +158,7 @@ def stream_id(entry_id: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Snapshot:
+class EntryState:
     """Everything Redis says about one entry and its key, read in one round trip."""
 
     delivered: bool
@@ -272,7 +272,7 @@ class Outbox(AsyncRedisOwner):
 
     # -- one entry ---------------------------------------------------------------------------
 
-    async def observe(self, entry_id: str, key: str, *, me: str, lock_seconds: float) -> Snapshot:
+    async def observe(self, entry_id: str, key: str, *, me: str, lock_seconds: float) -> EntryState:
         """The entry's state in one round trip; on the way the sending lock of ``key`` is
         taken for ``me`` if the entry still needs sending and nobody holds it.
 
@@ -288,7 +288,7 @@ class Outbox(AsyncRedisOwner):
         alive = holder == me or (
             holder is not None and bool(await self.redis.exists(self.keys.gateway_alive(holder)))
         )
-        return Snapshot(
+        return EntryState(
             delivered=bool(delivered),
             pending=bool(pending),
             deliveries=int(deliveries),

@@ -107,7 +107,7 @@ def job_fields(job: Job, *, resumes: str = "") -> list[str | bytes | int | float
 
 
 @dataclass(frozen=True, kw_only=True)
-class Holder:
+class LaneHolder:
     """What one sweep saw of a job in a lane's ``allowed`` set.
 
     Attributes:
@@ -147,7 +147,7 @@ class RqLayout:
 
     def observe_lanes(
         self, lanes: Iterable[RateLimitRegistry], lost: Mapping[str, float], *, now: float
-    ) -> list[Holder]:
+    ) -> list[LaneHolder]:
         holders = []
         for lane in lanes:
             for job_id in lane.get_allowed_job_ids():
@@ -161,15 +161,15 @@ class RqLayout:
 
     def observe(
         self, lane: str, job_id: str, *, now: float, lost_since: float | None = None
-    ) -> Holder:
+    ) -> LaneHolder:
         """Read what :func:`workers.repair.decide` needs about one slot holder."""
         try:
             job = Job.fetch(job_id, connection=self.redis, serializer=JSONSerializer)
         except NoSuchJobError:
-            return Holder(job_id=job_id, lane=lane, status=None)
+            return LaneHolder(job_id=job_id, lane=lane, status=None)
         queue = Queue(job.origin, connection=self.redis, serializer=JSONSerializer)
         executing, alive = self._execution_state(job, now=now)
-        return Holder(
+        return LaneHolder(
             job_id=job_id,
             lane=lane,
             status=job.get_status(refresh=False),

@@ -11,7 +11,7 @@ from redis import Redis
 
 from bot.keys import Keys
 from bot.runs.budget import utc_day
-from bot.store.budgets import Budgets, Scope
+from bot.store.budgets import Budgets, SpendScope
 from bot.store.runs import RunsRegistry
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI
@@ -231,7 +231,7 @@ async def test_eight_children_sharing_a_tree_limit_overspend_it_by_less_than_a_c
     [root] = [r for r in runs.all() if r.depth == 1]
     leaves = [r for r in runs.all() if r.depth == 2]
     store = Budgets(redis=Redis.from_url(redis_url), keys=Keys(), ttl_seconds=60)
-    spent = store.spent(Scope(kind="tree", ident=root.run_id)).tokens
+    spent = store.spent(SpendScope(kind="tree", ident=root.run_id)).tokens
     print(f"\n8 children (max overlap {overlap}), tree limit {limit}: spent {spent}")
     assert len(leaves) == 8 and all(r.status is RunStatus.STOPPED for r in leaves)
     assert all("the run tree's limit of 20.5k tokens is used up" in r.notes for r in leaves)

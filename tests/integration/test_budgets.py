@@ -26,7 +26,7 @@ from bot.runs.budget import (
     utc_day,
 )
 from bot.runs.type_registry import subagent_types
-from bot.store.budgets import Budgets, Scope
+from bot.store.budgets import Budgets, SpendScope
 from bot.types import Usage
 from tests.integration.test_finalize import deps_for, make_run
 
@@ -42,8 +42,8 @@ def budgets(url: str) -> Budgets:
 
 def test_a_reservation_is_all_or_nothing_and_names_the_scope_that_refused(redis_url: str) -> None:
     store = budgets(redis_url)
-    run = Scope(kind="run", ident="r1", max_tokens=10_000)
-    tree = Scope(kind="tree", ident="r1", max_usd=0.01)
+    run = SpendScope(kind="run", ident="r1", max_tokens=10_000)
+    tree = SpendScope(kind="tree", ident="r1", max_usd=0.01)
     store.settle(store.reserve([tree], tokens=0, usd=0.01, hold_seconds=60), tokens=5, usd=0.01)
     refused = store.reserve([run, tree], tokens=100, usd=0.001, hold_seconds=60)
     assert not refused.ok and refused.refused == tree and refused.unit == "usd"
@@ -62,7 +62,7 @@ def test_a_reservation_is_all_or_nothing_and_names_the_scope_that_refused(redis_
 
 def test_a_dead_process_hold_expires(redis_url: str) -> None:
     store = budgets(redis_url)
-    scope = Scope(kind="tree", ident="t", max_tokens=100)
+    scope = SpendScope(kind="tree", ident="t", max_tokens=100)
     assert store.reserve([scope], tokens=500, usd=0, hold_seconds=0.2).ok  # never settled
     assert not store.reserve([scope], tokens=1, usd=0, hold_seconds=60).ok
     time.sleep(0.3)
@@ -72,7 +72,10 @@ def test_a_dead_process_hold_expires(redis_url: str) -> None:
 def test_daily_spend_is_listed_per_day(redis_url: str) -> None:
     store = budgets(redis_url)
     day = utc_day(time.time())
-    scopes = [Scope(kind="thread", ident=SESSION, day=day), Scope(kind="user", ident="u", day=day)]
+    scopes = [
+        SpendScope(kind="thread", ident=SESSION, day=day),
+        SpendScope(kind="user", ident="u", day=day),
+    ]
     store.settle(store.reserve(scopes, tokens=10, usd=0, hold_seconds=60), tokens=42, usd=0.5)
     rows = store.day_usage(day)
     assert [(k, i, s.tokens, s.usd) for k, i, s in rows] == [
@@ -86,8 +89,8 @@ def _spend_until_refused(url: str, seed: int, out: Any) -> None:
     store = budgets(url)
     rng = random.Random(seed)
     scopes = [
-        Scope(kind="run", ident=f"r{seed}"),
-        Scope(kind="tree", ident="root", max_tokens=LIMIT),
+        SpendScope(kind="run", ident=f"r{seed}"),
+        SpendScope(kind="tree", ident="root", max_tokens=LIMIT),
     ]
     calls = 0
     while True:
@@ -128,7 +131,7 @@ def test_eight_parallel_runs_overspend_a_shared_tree_by_less_than_one_reservatio
             w.start()
         for w in workers:
             w.join(30)
-        spent = budgets(redis_url).spent(Scope(kind="tree", ident="root")).tokens
+        spent = budgets(redis_url).spent(SpendScope(kind="tree", ident="root")).tokens
         worst = max(worst, spent - LIMIT)
         assert LIMIT <= spent < LIMIT + RESERVE
     print(
@@ -234,7 +237,7 @@ def test_a_child_is_clamped_to_what_its_parent_and_tree_have_left(redis_url: str
     )
     assert spawn_limits(deps, sub_type, ask).tokens == 3_500  # the parent's 6k less 2.5k
     sibling = deps.budgets.reserve(
-        [Scope(kind="tree", ident="p1")], tokens=1, usd=0, hold_seconds=60
+        [SpendScope(kind="tree", ident="p1")], tokens=1, usd=0, hold_seconds=60
     )
     deps.budgets.settle(sibling, tokens=5_000, usd=0)
     assert spawn_limits(deps, sub_type, ask).tokens == 2_500  # the tree's 10k less 7.5k

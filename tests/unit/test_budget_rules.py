@@ -18,7 +18,7 @@ from bot.runs.budget import (
     spend_text,
     warning_text,
 )
-from bot.store.budgets import Scope, Spend
+from bot.store.budgets import Spend, SpendScope
 from bot.store.progress import ProgressEvent, decode
 from bot.types import ThreadRef
 
@@ -64,35 +64,35 @@ def test_the_estimate_is_the_request_characters_plus_the_output_cap() -> None:
     ("scope", "spend", "unit", "person", "text"),
     [
         (
-            Scope(kind="run", ident="r", max_tokens=10_000),
+            SpendScope(kind="run", ident="r", max_tokens=10_000),
             Spend(tokens=10_400),
             "tokens",
             False,
             "budget: the run's limit of 10k tokens is used up (10.4k tokens spent)",
         ),
         (
-            Scope(kind="tree", ident="r", max_usd=0.5),
+            SpendScope(kind="tree", ident="r", max_usd=0.5),
             Spend(usd=0.52),
             "usd",
             False,
             "budget: the run tree's limit of $0.50 is used up ($0.52 spent)",
         ),
         (
-            Scope(kind="thread", ident="s", day="d", max_tokens=50_000),
+            SpendScope(kind="thread", ident="s", day="d", max_tokens=50_000),
             Spend(tokens=51_200),
             "tokens",
             True,
             "This thread has used its daily budget (51.2k of 50k tokens); it resets at 00:00 UTC.",
         ),
         (
-            Scope(kind="user", ident="u", day="d", max_usd=2.0),
+            SpendScope(kind="user", ident="u", day="d", max_usd=2.0),
             Spend(usd=2.01),
             "usd",
             True,
             "You have used your daily budget ($2.01 of $2.00); it resets at 00:00 UTC.",
         ),
         (
-            Scope(kind="user", ident="u", day="d", max_usd=2.0),
+            SpendScope(kind="user", ident="u", day="d", max_usd=2.0),
             Spend(usd=2.01),
             "usd",
             False,
@@ -101,14 +101,14 @@ def test_the_estimate_is_the_request_characters_plus_the_output_cap() -> None:
     ],
 )
 def test_what_a_spent_limit_says(
-    scope: Scope, spend: Spend, unit: str, person: bool, text: str
+    scope: SpendScope, spend: Spend, unit: str, person: bool, text: str
 ) -> None:
     assert exhausted_text(scope, spend, unit, person=person) == text
 
 
 def test_warnings_name_the_most_spent_limit_past_the_fraction() -> None:
-    run = Scope(kind="run", ident="r", max_tokens=10_000)
-    tree = Scope(kind="tree", ident="t", max_usd=1.0)
+    run = SpendScope(kind="run", ident="r", max_tokens=10_000)
+    tree = SpendScope(kind="tree", ident="t", max_usd=1.0)
     found = crossed([run, tree], [Spend(tokens=8_000), Spend(usd=0.9)], 0.8)
     assert [(s.kind, u) for _, s, u in found] == [("tree", "usd"), ("run", "tokens")]
     assert crossed([run], [Spend(tokens=7_999)], 0.8) == []

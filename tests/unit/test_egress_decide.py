@@ -27,17 +27,17 @@ from bot.gateway.delivery import (
     decide,
     first_missing,
 )
-from bot.store.outbox import Snapshot
+from bot.store.outbox import EntryState
 
 ME = "gw-me"
 POLICY = Policy(attempts=3, backoff_base=1.0, backoff_cap=5.0)
-FREE = Snapshot(
+FREE = EntryState(
     delivered=False, pending=True, deliveries=1, holder=None, holder_alive=False, parts={}
 )
 MINE = replace(FREE, holder=ME, holder_alive=True)
 
 
-def state(snapshot: Snapshot = MINE, **changes: object) -> State:
+def state(snapshot: EntryState = MINE, **changes: object) -> State:
     return replace(State(consumer=ME, platform="slack", snapshot=snapshot), **changes)  # type: ignore[arg-type]
 
 

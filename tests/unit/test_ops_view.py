@@ -11,7 +11,7 @@ import pytest
 
 from bot.config import OpsSettings, Price, load_settings
 from bot.errors import ConfigError
-from bot.gateway.ops.snapshot import Snapshot
+from bot.gateway.ops.snapshot import PageSnapshot
 from bot.gateway.ops.templates import render_error, render_login, render_page
 from bot.gateway.ops.view import build_page, dead_row, group_runs, run_row
 from bot.store.dead_letters import DeadLetter
@@ -44,7 +44,7 @@ def record(
     return RunRecord(**values)  # type: ignore[arg-type]
 
 
-def snapshot(*runs: RunRecord, **kw: object) -> Snapshot:
+def snapshot(*runs: RunRecord, **kw: object) -> PageSnapshot:
     values: dict[str, object] = {
         "now": NOW,
         "runs": runs,
@@ -55,10 +55,10 @@ def snapshot(*runs: RunRecord, **kw: object) -> Snapshot:
         "dead_total": 0,
     }
     values.update(kw)
-    return Snapshot(**values)  # type: ignore[arg-type]
+    return PageSnapshot(**values)  # type: ignore[arg-type]
 
 
-def html_of(snap: Snapshot, *, csrf: str = "tok") -> str:
+def html_of(snap: PageSnapshot, *, csrf: str = "tok") -> str:
     page = build_page(snap, prices={})
     return render_page(
         page, role="admin", csrf=csrf, generated="now", refresh=15, flash="", nonce="n"

@@ -6,14 +6,15 @@ from typing import Any
 
 import pytest
 
-from workers.repair import Action, Holder, decide
+from bot.store.rq_layout import LaneHolder
+from workers.repair import Action, decide
 
 NOW = 1_000.0
 GRACE = 10.0
 
 
-def holder(status: str | None, **fields: Any) -> Holder:
-    return Holder(job_id="j1", lane="turn:s", status=status, origin="turns", **fields)
+def holder(status: str | None, **fields: Any) -> LaneHolder:
+    return LaneHolder(job_id="j1", lane="turn:s", status=status, origin="turns", **fields)
 
 
 CASES = [
@@ -67,5 +68,5 @@ CASES = [
 
 
 @pytest.mark.parametrize(("seen", "expected"), CASES)
-def test_decide(seen: Holder, expected: Action) -> None:
+def test_decide(seen: LaneHolder, expected: Action) -> None:
     assert decide(seen, now=NOW, grace=GRACE) is expected

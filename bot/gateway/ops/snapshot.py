@@ -15,7 +15,7 @@ MAX_DEAD_LETTERS = 100
 
 
 @dataclass(frozen=True, kw_only=True)
-class Snapshot:
+class PageSnapshot:
     """Everything one page render needs, read at ``now``.
 
     Attributes:
@@ -37,11 +37,11 @@ class Snapshot:
     dead_total: int
 
 
-def take(deps: Deps, *, recent_seconds: float, now: float | None = None) -> Snapshot:
-    """Read a :class:`Snapshot` through the stores (blocking Redis calls)."""
+def take(deps: Deps, *, recent_seconds: float, now: float | None = None) -> PageSnapshot:
+    """Read a :class:`PageSnapshot` through the stores (blocking Redis calls)."""
     now = time.time() if now is None else now
     dead = deps.dead_letters
-    return Snapshot(
+    return PageSnapshot(
         now=now,
         runs=tuple(_runs(deps, since=now - recent_seconds)),
         line=tuple(deps.jobs.subagent_line()),

@@ -1,4 +1,4 @@
-"""The ops page as plain values: a :class:`Snapshot` in, display rows out (pure).
+"""The ops page as plain values: a :class:`PageSnapshot` in, display rows out (pure).
 
 Runs are shown as trees under the thread (requester session) they came from. A run's
 parent is the run whose child session spawned it (``parent.child_session_key ==
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from bot.config import Price
-from bot.gateway.ops.snapshot import Snapshot
+from bot.gateway.ops.snapshot import PageSnapshot
 from bot.prices import estimate_cost
 from bot.runs.naming import run_title
 from bot.store.dead_letters import DeadLetter
@@ -86,7 +86,7 @@ class Page:
     dead_total: int
 
 
-def build_page(snapshot: Snapshot, *, prices: Mapping[str, Price]) -> Page:
+def build_page(snapshot: PageSnapshot, *, prices: Mapping[str, Price]) -> Page:
     """Every section of the page from one snapshot."""
     now = snapshot.now
     line = {job_id: i + 1 for i, job_id in enumerate(snapshot.line)}

@@ -46,6 +46,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,16 @@ class PathReport:
     announce: str
 
 
+def _serving() -> Callable[[Any], AbstractContextManager[Any]]:
+    """How a job is served the worker's context (an older checkout, measured for a
+    before/after figure, has no ``workers.context``: its jobs find their stores themselves)."""
+    try:
+        from workers.context import serving
+    except ImportError:
+        return lambda _context: nullcontext()
+    return serving
+
+
 class InProcessWorker:
     """RQ ``SimpleWorker`` bursts over fanbot's queues, in a thread of this process."""
 
@@ -82,9 +93,9 @@ class InProcessWorker:
         from rq.timeouts import TimerDeathPenalty
 
         from workers import jobs, launcher
-        from workers.context import serving
 
         context = jobs.warm_up(self.settings, trace=False)
+        serving = _serving()
 
         class Worker(SimpleWorker):
             death_penalty_class = TimerDeathPenalty  # SIGALRM works in the main thread only
@@ -101,7 +112,9 @@ class InProcessWorker:
                 worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
                 self.stopping.wait(0.02)
         conn.close()
-        context.close()
+        close = getattr(context, "close", None)  # an older checkout's warm-up returns stores
+        if callable(close):
+            close()
 
     def start(self) -> None:
         self.thread.start()

@@ -45,11 +45,7 @@ __all__ = [
 STOP_FLAG_TTL = 86_400
 """How long a run's stop flag stays set (seconds)."""
 
-END_RUN = Fragment(
-    name="end_run",
-    keys=7,
-    args=7,
-    lua="""
+_END_RUN = """
 local function end_run(k, a)
   if k[5] ~= '' then redis.call('SET', k[5], '1', 'EX', a[6]) end
   local cur = redis.call('HGET', k[1], 'status')
@@ -69,8 +65,8 @@ local function end_run(k, a)
   redis.call('DEL', k[6], k[7])
   return 1, tools, inbox, receipts
 end
-""",
-)
+"""
+END_RUN = Fragment(name="end_run", lua=_END_RUN, keys=7, args=7)
 """The registry's step of the finalize script (:mod:`bot.store.finalize_script`): the
 compare-and-set to terminal, which is the only decision. KEYS: the run hash, the active set,
 its heartbeat, ``archive_due``, its stop flag ("" = do not raise it), its inbox and the

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from bot.runs.approval_gate import RESUME_PREFIX
-from bot.text.units import duration
 from bot.runs.stop_plan import StopPlan, StopState, plan_stop, stop_note, to_stop
+from bot.text.units import duration
 from bot.types import RunRecord, RunStatus, ThreadRef
 
 NOW = 1_000.0

@@ -1,6 +1,6 @@
 """The runs registry: one hash per run in Redis, the source of truth for run status.
 
-Every terminal transition goes through :meth:`RunsRegistry.finalize`, one Lua script that
+Every terminal transition goes through :meth:`RunsRegistry.end`, one Lua script that
 compare-and-sets the status, stamps ``ended_at``, drops the run from the active set and
 from RQ's concurrency slot, writes the announce to the outbox and the result to the
 requester's history, and schedules archiving — all or nothing. Repeats are no-ops, so every
@@ -26,6 +26,7 @@ from bot.store.joins import JOIN_TTL_SECONDS, leave_join_part
 from bot.store.lua_parts import Fragment, Part
 from bot.store.metrics import MetricsStore, Update
 from bot.store.outbox import put_outbound_part
+from bot.store.owner import Lua, RedisOwner
 from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA, final_progress_part
 from bot.store.run_codec import decode_record, encode_record
 from bot.store.stops import recheck_run_part
@@ -240,7 +241,7 @@ class Ended:
     leftovers: tuple[tuple[str, str], ...] = ()
 
 
-class RunsRegistry:
+class RunsRegistry(RedisOwner):
     """Reads and writes run records (sync; the gateway calls it from a worker thread).
 
     Args:
@@ -249,15 +250,15 @@ class RunsRegistry:
         history_max: How many history messages a requester session keeps.
     """
 
+    _create_joined = Lua(_CREATE_JOINED)
+    _start = Lua(_START)
+    _places = Lua(_PLACES)
+
     def __init__(self, *, redis: redis.Redis, keys: Keys, history_max: int = 60) -> None:
-        self.redis = redis
-        self.keys = keys
+        super().__init__(redis=redis, keys=keys)
         self.history_max = history_max
         self._finalize = FinalizeScript(redis=redis, end_run=END_RUN)
         self._metrics = MetricsStore(redis=redis, keys=keys)
-        self._create_joined = redis.register_script(_CREATE_JOINED)
-        self._start = redis.register_script(_START)
-        self._places = redis.register_script(_PLACES)
 
     def next_seq(self, session_key: str) -> int:
         return int(self.redis.incr(self.keys.session_seq(session_key)))
@@ -482,19 +483,6 @@ class RunsRegistry:
             )
             pipe.execute()
 
-    def finalize(
-        self,
-        record: RunRecord,
-        outcome: Finalization,
-        *,
-        slot_key: str | None = None,
-        join_grace: float = 5.0,
-    ) -> int:
-        """Atomically end ``record``'s run: 0 if it had ended already, 1 if this call ended
-        it, 2 if that also fired its join (it was the join's last pending run). The script's
-        compare-and-set is the decision (:mod:`bot.store.finalize_script`)."""
-        return self.end(record, outcome, slot_key=slot_key, join_grace=join_grace).code
-
     def end(
         self,
         record: RunRecord,
@@ -503,8 +491,10 @@ class RunsRegistry:
         slot_key: str | None = None,
         join_grace: float = 5.0,
     ) -> Ended:
-        """:meth:`finalize`, also returning the messages the run never read (taken from its
-        inbox by the same script)."""
+        """Atomically end ``record``'s run: :attr:`Ended.code` 0 if it had ended already, 1
+        if this call ended it, 2 if that also fired its join (it was the join's last pending
+        run), with the messages the run never read (taken from its inbox by the same script).
+        The script's compare-and-set is the decision (:mod:`bot.store.finalize_script`)."""
         started = record.started_at
         parts = FinalizeParts(
             recheck=recheck_run_part(self.keys, record.run_id, at=outcome.recheck_at),

@@ -191,10 +191,6 @@ class FakeSlack(FakeServer):
             await self.start()
 
     @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self._port}"
-
-    @property
     def api_url(self) -> str:
         """Base URL for ``AsyncWebClient(base_url=...)`` / ``FANBOT_SLACK__API_URL``."""
         return f"{self.url}/api/"

@@ -40,7 +40,7 @@ from typing import Any
 
 from aiohttp import ClientSession, web
 
-from bot.testing.netutil import LOOPBACK, FakeServer, bind_loopback
+from bot.testing.netutil import FakeServer, bind_loopback
 from bot.testing.telegram_files import FileApiError, TelegramFiles
 from bot.testing.telegram_html import HtmlParseError, utf16_len, visible_text
 from bot.testing.telegram_objects import detect_entities, forum, group, private, user
@@ -182,7 +182,7 @@ class FakeTelegram(FakeServer):
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         await self._listen()
-        self.base_url = f"http://{LOOPBACK}:{self._port}"
+        self.base_url = self.url
         self._client = ClientSession()
 
     async def _listen(self) -> None:

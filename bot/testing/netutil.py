@@ -25,9 +25,16 @@ class FakeServer:
 
     Attributes:
         _runner: The aiohttp runner serving its port (None: not listening).
+        _port: The port it listens on (0 before the first start; kept over a pause).
     """
 
     _runner: web.AppRunner | None = None
+    _port: int = 0
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``, where it listens."""
+        return f"http://{LOOPBACK}:{self._port}"
 
     async def start(self) -> object:
         raise NotImplementedError

@@ -39,6 +39,7 @@ from adapters.matrix import files as mx_files
 from adapters.matrix.login import login, make_client
 from adapters.matrix.markup import Chunker, render, render_chunks
 from adapters.matrix.state import SessionFile, SessionState
+from bot import attachments as att
 from bot.config import AttachmentSettings, MatrixSettings
 from bot.errors import DeliveryError
 from bot.logs import ThrottledLog
@@ -335,7 +336,12 @@ class MatrixChannel:
             return inbound
         if not refs:
             return inbound
-        got = await mx_files.download_all(self._client, refs, limits=self.attachments)
+        limit = self.attachments.max_bytes
+        got = await att.download_selected(
+            refs,
+            limits=self.attachments,
+            download=lambda ref: mx_files.download(self._client, ref, limit),
+        )
         return dataclasses.replace(inbound, attachments=got)
 
     async def send_file(self, thread: ThreadRef, file: OutFile, *, key: str) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import ClientError
@@ -24,23 +23,14 @@ from nio.crypto.attachments import decrypt_attachment
 
 from adapters.matrix.convert import EncryptedFileRef
 from bot import attachments as att
-from bot.config import AttachmentSettings
 from bot.errors import DeliveryError
 from bot.types import Attachment
 
 log = logging.getLogger(__name__)
 
 
-async def download_all(
-    client: AsyncClient, refs: Sequence[att.FileRef], *, limits: AttachmentSettings
-) -> tuple[Attachment, ...]:
-    """Download what :func:`bot.attachments.select` allows; failures become skipped ones."""
-    return await att.download_selected(
-        refs, limits=limits, download=lambda ref: _one(client, ref, limits.max_bytes)
-    )
-
-
-async def _one(client: AsyncClient, ref: att.FileRef, limit: int) -> Attachment:
+async def download(client: AsyncClient, ref: att.FileRef, limit: int) -> Attachment:
+    """One file of ``ref``, at most ``limit`` bytes; a failure becomes a skipped one."""
     try:
         response = await client.download(mxc=ref.source)
     except (ClientError, TimeoutError) as exc:

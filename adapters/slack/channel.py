@@ -37,6 +37,7 @@ from adapters.slack import http as slack_http
 from adapters.slack import parts as slack_parts
 from adapters.slack.ingest import RetryingSink
 from adapters.slack.retry import TRANSIENT_EXCEPTIONS, BoundedRateLimitRetryHandler, delivery_error
+from bot import attachments as att
 from bot.attachments import FileRef
 from bot.config import AttachmentSettings, SlackSettings
 from bot.errors import ConfigError, DeliveryError
@@ -204,12 +205,12 @@ class SlackChannel:
         refs = _converted_refs(body)
         if not refs:
             return inbound
-        got = await slack_files.download_all(
-            self._session,
+        session, token = self._session, _secret(self._settings.bot_token)
+        api_url, limit = self._settings.api_url, self._limits.max_bytes
+        got = await att.download_selected(
             refs,
-            token=_secret(self._settings.bot_token),
-            api_url=self._settings.api_url,
             limits=self._limits,
+            download=lambda ref: slack_files.download(session, ref, token, api_url, limit),
         )
         return dataclasses.replace(inbound, attachments=got)
 

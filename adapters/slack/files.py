@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
@@ -18,7 +18,6 @@ import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import attachments as att
-from bot.config import AttachmentSettings
 from bot.text import units
 from bot.types import Attachment
 
@@ -59,25 +58,10 @@ def trusted(url: str, api_url: str) -> bool:
     return host == "slack.com" or host.endswith(".slack.com") or host == urlparse(api_url).hostname
 
 
-async def download_all(
-    session: aiohttp.ClientSession,
-    refs: Sequence[att.FileRef],
-    *,
-    token: str,
-    api_url: str,
-    limits: AttachmentSettings,
-) -> tuple[Attachment, ...]:
-    """Download what :func:`bot.attachments.select` allows; failures become skipped ones."""
-    return await att.download_selected(
-        refs,
-        limits=limits,
-        download=lambda ref: _one(session, ref, token, api_url, limits.max_bytes),
-    )
-
-
-async def _one(
+async def download(
     session: aiohttp.ClientSession, ref: att.FileRef, token: str, api_url: str, limit: int
 ) -> Attachment:
+    """One file of ``ref``, at most ``limit`` bytes; a failure becomes a skipped one."""
     if not trusted(ref.source, api_url):
         return att.skip(ref, "not a Slack file URL")
     headers = {"Authorization": f"Bearer {token}"}

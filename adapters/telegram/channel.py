@@ -65,6 +65,7 @@ from adapters.telegram.convert import (
 )
 from adapters.telegram.markup import Part, Splitter, render_parts
 from adapters.telegram.polling import Poller
+from bot import attachments as att
 from bot.config import AttachmentSettings
 from bot.errors import DeliveryError
 from bot.logs import RedactSecrets, ThrottledLog
@@ -253,7 +254,10 @@ class TelegramChannel:
             return inbound
         if not refs:
             return inbound
-        got = await tg_files.download_all(self._bot(), refs, limits=self._limits)
+        bot, limit = self._bot(), self._limits.max_bytes
+        got = await att.download_selected(
+            refs, limits=self._limits, download=lambda ref: tg_files.download(bot, ref, limit)
+        )
         return dataclasses.replace(inbound, attachments=got)
 
     # -- egress ----------------------------------------------------------------------------

@@ -7,13 +7,11 @@ from ``base_file_url`` and the ``file_path`` that ``getFile`` returns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from telegram.error import TelegramError
 
 from bot import attachments as att
-from bot.config import AttachmentSettings
 from bot.text import units
 from bot.types import Attachment
 
@@ -22,16 +20,8 @@ log = logging.getLogger(__name__)
 DOWNLOAD_TIMEOUT_SECONDS = 60.0
 
 
-async def download_all(
-    bot: Any, refs: Sequence[att.FileRef], *, limits: AttachmentSettings
-) -> tuple[Attachment, ...]:
-    """Download what :func:`bot.attachments.select` allows; failures become skipped ones."""
-    return await att.download_selected(
-        refs, limits=limits, download=lambda ref: _one(bot, ref, limits.max_bytes)
-    )
-
-
-async def _one(bot: Any, ref: att.FileRef, limit: int) -> Attachment:
+async def download(bot: Any, ref: att.FileRef, limit: int) -> Attachment:
+    """One file of ``ref``, at most ``limit`` bytes; a failure becomes a skipped one."""
     try:
         file = await bot.get_file(ref.source)
         if file.file_size is not None and file.file_size > limit:

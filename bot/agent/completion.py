@@ -63,6 +63,31 @@ class Completion:
         return message
 
 
+@dataclass(frozen=True, kw_only=True)
+class CompletionRequest:
+    """One completion asked of a :class:`ChatModel`.
+
+    Attributes:
+        model: The model to ask.
+        messages: The conversation, as chat-completions messages.
+        tools: The offered function tools, as chat-completions tool schemas (wire JSON).
+        thinking: Reasoning effort (``""``/``"off"``: none asked for).
+        timeout: The run's time left: no attempt waits longer.
+        budget: Seconds before the run's deadline: retries only while they fit.
+        on_text: Gets the running count of text characters as they stream.
+        on_chunk: Called for every piece that arrives (a sign of life).
+    """
+
+    model: str
+    messages: Sequence[dict[str, Any]]
+    tools: Sequence[dict[str, Any]] = ()
+    thinking: str = ""
+    timeout: float | None = None
+    budget: float | None = None
+    on_text: Callable[[int], None] | None = None
+    on_chunk: Callable[[], None] | None = None
+
+
 class ChatModel(Protocol):
     """A chat-completions endpoint, as the agent loop uses it."""
 
@@ -71,30 +96,8 @@ class ChatModel(Protocol):
         """Where the endpoint is (named in error texts)."""
         ...
 
-    def complete(
-        self,
-        *,
-        model: str,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] = (),
-        thinking: str = "",
-        timeout: float | None = None,
-        budget: float | None = None,
-        on_text: Callable[[int], None] | None = None,
-        on_chunk: Callable[[], None] | None = None,
-    ) -> Completion:
-        """One answer to ``messages``, which may call ``tools`` (wire JSON).
-
-        Args:
-            model: The model to ask.
-            messages: The conversation, as chat-completions messages.
-            tools: The offered function tools, as chat-completions tool schemas.
-            thinking: Reasoning effort (``""``/``"off"``: none asked for).
-            timeout: The run's time left: no attempt waits longer.
-            budget: Seconds before the run's deadline: retries only while they fit.
-            on_text: Gets the running count of text characters as they stream.
-            on_chunk: Called for every piece that arrives (a sign of life).
-        """
+    def complete(self, request: CompletionRequest) -> Completion:
+        """One answer to ``request.messages``, which may call ``request.tools``."""
         ...
 
     def known_models(self) -> frozenset[str] | None:

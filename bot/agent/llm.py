@@ -11,13 +11,13 @@ ends with a note saying how much was dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import openai
 
-from bot.agent.completion import ChatModel, Completion, ToolCallRequest
+from bot.agent.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.config import OpenAISettings
 from bot.observe.scope import model_call as observe_model_call
 from bot.text.clip import cut_note
@@ -38,6 +38,7 @@ def retries_within(budget: float | None, per_attempt: float, configured: int) ->
 __all__ = [
     "ChatModel",
     "Completion",
+    "CompletionRequest",
     "OpenAIChatModel",
     "ToolCallRequest",
     "fold_stream",
@@ -70,18 +71,7 @@ class OpenAIChatModel:
     def close(self) -> None:
         self.client.close()
 
-    def complete(
-        self,
-        *,
-        model: str,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] = (),
-        thinking: str = "",
-        timeout: float | None = None,
-        budget: float | None = None,
-        on_text: Callable[[int], None] | None = None,
-        on_chunk: Callable[[], None] | None = None,
-    ) -> Completion:
+    def complete(self, request: CompletionRequest) -> Completion:
         """Run one streamed completion; ``on_text`` gets the running count of text chars,
         ``on_chunk`` is called for every chunk (text, tool call, usage: a sign of life).
 
@@ -89,6 +79,7 @@ class OpenAIChatModel:
         request timeout, never under a second; ``budget`` (seconds left before the run's
         deadline) bounds the SDK's retries to the attempts that still fit in it.
         """
+        model, timeout, thinking = request.model, request.timeout, request.thinking
         attempt = self.settings.request_timeout
         if timeout is not None:
             attempt = max(1.0, min(attempt, timeout))
@@ -96,9 +87,9 @@ class OpenAIChatModel:
         # typed parameters it first walks them against its TypedDicts (~1.2 ms a call, ~2 ms
         # on a fresh horse's first; measured). Our dicts are already wire JSON; the request
         # body is the same (tested against the fake model).
-        body: dict[str, Any] = {"messages": list(messages)}
-        if tools:
-            body["tools"] = list(tools)
+        body: dict[str, Any] = {"messages": list(request.messages)}
+        if request.tools:
+            body["tools"] = list(request.tools)
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": [],
@@ -112,13 +103,16 @@ class OpenAIChatModel:
         if self.settings.max_output_tokens:
             kwargs["max_completion_tokens"] = self.settings.max_output_tokens
         client = self.client
-        retries = retries_within(budget, kwargs["timeout"], self.settings.max_retries)
+        retries = retries_within(request.budget, kwargs["timeout"], self.settings.max_retries)
         if retries != self.settings.max_retries:
             client = client.with_options(max_retries=retries)
         with observe_model_call(model) as call:  # a span, tokens and cost for the metrics
             stream = client.chat.completions.create(**kwargs)
             completion = fold_stream(
-                call.watch(stream), on_text, limit=self.settings.max_reply_chars, on_chunk=on_chunk
+                call.watch(stream),
+                request.on_text,
+                limit=self.settings.max_reply_chars,
+                on_chunk=request.on_chunk,
             )
             call.usage = completion.usage
         return completion

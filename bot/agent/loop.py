@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 
-from bot.agent.completion import ChatModel, ToolCallRequest
+from bot.agent.completion import ChatModel, CompletionRequest, ToolCallRequest
 from bot.agent.context import ToolContext
 from bot.agent.tools import Tool, execute_tool
 from bot.errors import RunDeadline
@@ -56,13 +56,15 @@ def run_loop(
         meter.touch("model call sent")
         try:
             completion = model.complete(
-                model=model_name,
-                messages=messages,
-                tools=schemas,
-                thinking=thinking,
-                timeout=_time_left(control),
-                budget=control.remaining(),
-                on_chunk=lambda: meter.touch("model output"),
+                CompletionRequest(
+                    model=model_name,
+                    messages=messages,
+                    tools=schemas,
+                    thinking=thinking,
+                    timeout=_time_left(control),
+                    budget=control.remaining(),
+                    on_chunk=lambda: meter.touch("model output"),
+                )
             )
         except BaseException:
             control.budget.after_call(model=model_name, usage=None)

@@ -13,7 +13,7 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -34,6 +34,12 @@ def _interruptible() -> None:
     # SIGTERM ends a benchmark like Ctrl-C: its cleanup runs (the private Redis, gateway and
     # workers are stopped) instead of the process vanishing and leaving them running.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def _log_dir_option(*, kept: str) -> Any:
+    """The ``--log-dir`` option of a benchmark whose logs, by default in a temporary
+    directory, are kept on ``kept``."""
+    return typer.Option(help=f"Keep process logs here (default: temp, kept on {kept}).")
 
 
 def _need_psutil() -> None:
@@ -73,9 +79,7 @@ def soak(
     timeout: Annotated[
         float | None, typer.Option(help="Seconds to wait for all runs (default 120 + 1/run).")
     ] = None,
-    log_dir: Annotated[
-        Path | None, typer.Option(help="Keep process logs here (default: temp, kept on FAIL).")
-    ] = None,
+    log_dir: Annotated[Path | None, _log_dir_option(kept="FAIL")] = None,
 ) -> None:
     """Spawn many runs through gateway + workers + fakes; count lost and duplicated announces."""
     from bot.bench.soak import SoakConfig, run_soak
@@ -154,9 +158,7 @@ def compare(
     plot: Annotated[
         Path | None, typer.Option(help="Also draw the figures into this PNG (fanbot[plot]).")
     ] = None,
-    log_dir: Annotated[
-        Path | None, typer.Option(help="Keep process logs here (default: temp, kept on error).")
-    ] = None,
+    log_dir: Annotated[Path | None, _log_dir_option(kept="error")] = None,
 ) -> None:
     """fanbot against bare RQ on one private Redis: latency, makespan, PSS, throughput."""
     from bot.bench.compare import run_compare

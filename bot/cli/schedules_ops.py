@@ -14,9 +14,10 @@ import typer
 from bot.cli.command_group import command_group
 from bot.cli.operator_deps import operator_deps
 from bot.errors import FanbotError
-from bot.runs.recurring import NewSchedule, add_schedule
+from bot.runs.recurring import add_schedule
 from bot.runs.schedule_spec import every_from_text, parse_every
 from bot.sessions import requester_session_key
+from bot.store.schedules import NewSchedule
 from bot.text.units import utc_stamp
 from bot.types import ThreadRef
 
@@ -67,7 +68,7 @@ def add(
             raise typer.Exit(1)
         where = ThreadRef(platform=platform, account=account, chat=chat, thread=thread or None)
         new = NewSchedule(
-            every=parsed[0],
+            every=parsed[0].text,
             task=task.strip(),
             subagent_type=subagent_type,
             thread=where,

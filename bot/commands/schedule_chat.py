@@ -18,14 +18,13 @@ from bot.commands.spawn_command import SpawnAsk, leading_flags, parse_type_and_t
 from bot.errors import FanbotError
 from bot.runs.naming import Icon
 from bot.runs.recurring import (
-    NewSchedule,
     add_schedule,
     may_schedule,
     thread_schedules,
 )
 from bot.runs.schedule_spec import Every, every_from_text, parse_every
 from bot.runs.type_registry import subagent_types
-from bot.store.schedules import Schedule
+from bot.store.schedules import NewSchedule, Schedule
 from bot.text.units import duration, same_utc_day, utc_clock, utc_stamp
 
 EVERY_USAGE = (
@@ -105,7 +104,7 @@ def handle_every(req: CommandRequest) -> str:
     if isinstance(parsed, str):
         return parsed
     new = NewSchedule(
-        every=parsed.every,
+        every=parsed.every.text,
         task=parsed.ask.task,
         subagent_type=parsed.ask.subagent_type or "",
         thread=req.inbound.thread,

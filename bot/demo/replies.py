@@ -17,22 +17,30 @@ from typing import Any, TypeAlias
 from bot.types import FAN_IN_MARK, Usage
 
 
-@dataclass(frozen=True)
-class Text:
-    """An assistant text answer (``finish_reason: stop``).
+@dataclass(frozen=True, kw_only=True)
+class Paced:
+    """How an answer (:class:`Text`, :class:`ToolCalls`) streams, and the usage it reports.
 
     Attributes:
-        content: The text.
         delay: Seconds to wait before answering (or before the first stream chunk).
         usage: Explicit token counts; estimated from the characters when ``None``.
         chunk_delay: Seconds between stream chunks, to make token progress observable.
     """
 
-    content: str
-    _: KW_ONLY
     delay: float = 0.0
     usage: Usage | None = None
     chunk_delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Text(Paced):
+    """An assistant text answer (``finish_reason: stop``).
+
+    Attributes:
+        content: The text.
+    """
+
+    content: str
 
 
 @dataclass(frozen=True)
@@ -59,23 +67,17 @@ class Call:
 
 
 @dataclass(frozen=True)
-class ToolCalls:
+class ToolCalls(Paced):
     """An assistant message with tool calls (``finish_reason: tool_calls``).
 
     Attributes:
         calls: The calls, in order; each gets its stream ``index``.
         content: Optional text the model says alongside the calls.
-        delay: Seconds to wait before answering.
-        usage: Explicit token counts; estimated when ``None``.
-        chunk_delay: Seconds between stream chunks.
     """
 
     calls: Sequence[Call]
     _: KW_ONLY
     content: str | None = None
-    delay: float = 0.0
-    usage: Usage | None = None
-    chunk_delay: float = 0.0
 
 
 @dataclass(frozen=True)

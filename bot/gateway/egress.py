@@ -19,29 +19,20 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from bot.config import GatewaySettings
-from bot.failpoints import Failpoints
-from bot.gateway import delivery as d
 from bot.gateway.lane import Lane, Turn
 from bot.gateway.sender import (
     REDIS_ERRORS,
     Deliverer,
     Entry,
-    FileLoader,
     lane_of,
     parse_entry,
     reraise_if_cancelling,
 )
-from bot.gateway.thread_opener import ThreadOpenings
-from bot.keys import Keys
-from bot.observe.gateway import GatewayObserver
-from bot.ports import OutboundChannel
-from bot.store.outbox import Outbox
 from bot.supervise.aio import cancel_all
 from bot.types import ThreadRef
 
@@ -59,46 +50,16 @@ class Egress:
     """Consumes ``{prefix}outbox`` and sends through the adapters.
 
     Args:
-        redis: Async client with ``decode_responses=True``.
-        keys: Key builder.
-        adapters: Adapter per platform name.
-        settings: Retry budget, backoff, reclaim idle time.
-        consumer: This gateway's consumer name (unique per process).
-        starting: Platforms whose adapter has not started yet (their entries wait).
-        files: Reads an attachment's bytes ``(session key, workspace path)``.
-        threads: Opens thread-bound children's threads.
-        observer: Counts deliveries, retries and dead letters.
-        failpoints: Where a fault test makes this process misbehave (none by default).
+        sender: Delivers each entry (it holds the outbox, the adapters and this gateway's
+            consumer name).
+        settings: Reclaim idle time and the liveness TTL.
     """
 
-    def __init__(
-        self,
-        *,
-        redis: aioredis.Redis,
-        keys: Keys,
-        adapters: Mapping[str, OutboundChannel],
-        settings: GatewaySettings,
-        consumer: str,
-        starting: Callable[[], Collection[str]] = tuple,
-        files: FileLoader | None = None,
-        threads: ThreadOpenings | None = None,
-        observer: GatewayObserver | None = None,
-        failpoints: Failpoints | None = None,
-    ) -> None:
-        self.outbox = Outbox(redis=redis, keys=keys)
+    def __init__(self, *, sender: Deliverer, settings: GatewaySettings) -> None:
+        self.sender = sender
+        self.outbox = sender.outbox
+        self.consumer = sender.consumer
         self.settings = settings
-        self.consumer = consumer
-        self.sender = Deliverer(
-            outbox=self.outbox,
-            adapters=adapters,
-            policy=d.Policy.of(settings),
-            consumer=consumer,
-            starting=starting,
-            files=files,
-            threads=threads,
-            observer=observer,
-            failpoints=failpoints,
-        )
         self._lanes: dict[str, Lane[Entry]] = {}
         self._lane_tasks: dict[str, asyncio.Task[None]] = {}
         self._queued: set[str] = set()

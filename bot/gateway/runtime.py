@@ -26,9 +26,11 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import InboundBusy, RedisUnavailable
 from bot.failpoints import Failpoints
+from bot.gateway.delivery import Policy
 from bot.gateway.egress import Egress
 from bot.gateway.ingress import Ingress, IngressResult
 from bot.gateway.ops import ops_routes
+from bot.gateway.sender import Deliverer
 from bot.gateway.starter import AdapterStarter, platform_urls
 from bot.gateway.status_cards import ProgressRenderer
 from bot.gateway.thread_opener import ThreadOpenings
@@ -48,6 +50,7 @@ from bot.redis.connect import connect_async
 from bot.redis.watch import RedisWatch
 from bot.runs.naming import run_title
 from bot.store.metrics import GatewayMetrics
+from bot.store.outbox import Outbox
 from bot.supervise.aio import cancel_all
 from bot.types import Inbound, ThreadRef
 
@@ -104,11 +107,10 @@ class Gateway:
         # Entries for a platform whose adapter is still starting wait rather than spend
         # their retries (an outage at start-up would dead-letter them otherwise).
         self._starting = set(self.adapters)
-        self.egress = Egress(
-            redis=self.aredis,
-            keys=self.deps.keys,
+        sender = Deliverer(
+            outbox=Outbox(redis=self.aredis, keys=self.deps.keys),
             adapters=self.adapters,
-            settings=settings.gateway,
+            policy=Policy.of(settings.gateway),
             consumer=self.consumer,
             starting=lambda: self._starting,
             files=self._workspace_file,
@@ -116,6 +118,7 @@ class Gateway:
             observer=self.observer,
             failpoints=failpoints or Failpoints.from_env(),
         )
+        self.egress = Egress(sender=sender, settings=settings.gateway)
         self.progress = ProgressRenderer(
             redis=self.aredis,
             keys=self.deps.keys,

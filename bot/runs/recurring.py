@@ -16,16 +16,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 
 from bot.deps import Deps
 from bot.errors import FanbotError
 from bot.runs.access import Actor, Decision
 from bot.runs.naming import Icon
-from bot.runs.schedule_spec import Every, every_from_text, plan_firing
+from bot.runs.schedule_spec import every_from_text, plan_firing
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.runs.type_registry import subagent_types
-from bot.store.schedules import Schedule, ScheduleStore
+from bot.store.schedules import NewSchedule, Schedule, ScheduleStore
 from bot.types import Outbound, OutboundKind, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -46,19 +45,6 @@ def may_schedule(actor: Actor, *, who: str, owner: str | None = None) -> Decisio
     return Decision(allowed=True)
 
 
-@dataclass(frozen=True, kw_only=True)
-class NewSchedule:
-    """A schedule to make: what, how often, where and for whom."""
-
-    every: Every
-    task: str
-    subagent_type: str
-    thread: ThreadRef
-    session_key: str
-    requester: str
-    agent_id: str
-
-
 def add_schedule(deps: Deps, new: NewSchedule, *, now: float | None = None) -> Schedule:
     """Record ``new``; its first tick is the next one after now.
 
@@ -69,17 +55,8 @@ def add_schedule(deps: Deps, new: NewSchedule, *, now: float | None = None) -> S
     types = subagent_types(deps.settings)
     if new.subagent_type and new.subagent_type not in types:
         raise FanbotError(f"unknown subagent type {new.subagent_type!r}; known: {', '.join(types)}")
-    return deps.schedules.add(
-        every=new.every.text,
-        task=new.task,
-        subagent_type=new.subagent_type,
-        thread=new.thread,
-        session_key=new.session_key,
-        requester=new.requester,
-        agent_id=new.agent_id,
-        next_at=new.every.next_after(now, anchor=now),
-        now=now,
-    )
+    every = every_from_text(new.every)
+    return deps.schedules.add(new, next_at=every.next_after(now, anchor=now), now=now)
 
 
 def thread_schedules(deps: Deps, thread: ThreadRef) -> list[Schedule]:

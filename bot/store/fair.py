@@ -46,16 +46,12 @@ from bot.store.lua_parts import Fragment, Part
 from bot.store.owner import Lua, RedisOwner
 from bot.store.rq_layout import RQ_LUA, job_fields
 
-FREE_SLOT = Fragment(
-    name="free_slot",
-    keys=1,
-    args=1,
-    lua="""
+_FREE_SLOT = """
 local function free_slot(k, a)
   if k[1] ~= '' and a[1] ~= '' then redis.call('ZREM', k[1], a[1]) end
 end
-""",
-)
+"""
+FREE_SLOT = Fragment(name="free_slot", lua=_FREE_SLOT, keys=1, args=1)
 """A run's terminal transition frees the slot its job held, as a piece of the finalize
 script (``k[1]``: ``fair:slots`` or ``""`` for none; ``a[1]``: the job id); the caller
 admits the next run afterwards. See :mod:`bot.store.lua_parts`."""

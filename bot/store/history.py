@@ -18,19 +18,15 @@ from bot.text.clip import clip
 
 Message = dict[str, Any]
 
-APPEND_HISTORY = Fragment(
-    name="append_history",
-    keys=1,
-    args=2,
-    lua="""
+_APPEND_HISTORY = """
 local function append_history(k, a)
   if a[1] ~= '' then
     redis.call('RPUSH', k[1], a[1])
     redis.call('LTRIM', k[1], -tonumber(a[2]), -1)
   end
 end
-""",
-)
+"""
+APPEND_HISTORY = Fragment(name="append_history", lua=_APPEND_HISTORY, keys=1, args=2)
 """Appending one message as a piece of a script spanning owners (``a``: the JSON message or
 ``""``, how many messages the session keeps); see :mod:`bot.store.lua_parts`."""
 

@@ -39,12 +39,7 @@ end
 """
 """Shared by the seal below and :data:`LEAVE_JOIN`: mark fired, due for dispatch."""
 
-LEAVE_JOIN = Fragment(
-    name="leave_join",
-    keys=4,
-    args=4,
-    lua=FIRE_LUA
-    + """
+_LEAVE_JOIN = """
 local function leave_join(k, a)
   if k[1] == '' then return 0 end
   redis.call('SREM', k[2], a[1])
@@ -54,8 +49,8 @@ local function leave_join(k, a)
   end
   return 0
 end
-""",
-)
+"""
+LEAVE_JOIN = Fragment(name="leave_join", lua=FIRE_LUA + _LEAVE_JOIN, keys=4, args=4)
 """A run leaves its join as a piece of the finalize script (keys: the join, its pending set,
 ``joins:ready``, ``joins:open`` or all ``""`` for no join; ``a``: the run id, the join id,
 now, the dispatch grace); returns 1 if that fired the join (it was the last pending run,
@@ -210,28 +205,20 @@ class Joins(RedisOwner):
 
     def cancel(self, join_id: str) -> bool:
         """Cancel a join not yet continued; True if this call cancelled it."""
-        record = self.get(join_id)
-        if record is None:
-            return False
-        keys = [
-            self.keys.join(join_id),
-            self.keys.joins_ready,
-            self.keys.joins_open,
-            self.keys.session_joins(record.session_key),
-        ]
-        return bool(self._cancel(keys=keys, args=[join_id, time.time()]))
+        return self._settle(self._cancel, join_id, self.keys.joins_ready, self.keys.joins_open)
 
     def start(self, join_id: str) -> bool:
         """The continuation turn begins; True for exactly one caller of a fired join."""
+        return self._settle(self._start, join_id, self.keys.joins_ready)
+
+    def _settle(self, script: Any, join_id: str, *lists: str) -> bool:
+        """Run ``script`` (cancel or start) over the join's hash, ``lists`` and its session's
+        joins, with the join id and now; False when the join is gone."""
         record = self.get(join_id)
         if record is None:
             return False
-        keys = [
-            self.keys.join(join_id),
-            self.keys.joins_ready,
-            self.keys.session_joins(record.session_key),
-        ]
-        return bool(self._start(keys=keys, args=[join_id, time.time()]))
+        keys = [self.keys.join(join_id), *lists, self.keys.session_joins(record.session_key)]
+        return bool(script(keys=keys, args=[join_id, time.time()]))
 
     def claim(self, join_id: str, *, lease: float = 30.0, force: bool = False) -> bool:
         """Take a fired join off ``joins:ready`` for ``lease`` seconds to dispatch it;

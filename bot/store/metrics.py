@@ -33,18 +33,14 @@ Labels = tuple[tuple[str, str], ...]
 MAX_LABEL_CHARS = 100  # a label value past this is cut (a runaway model name, say)
 _SEP = "|"
 
-APPLY_METRICS = Fragment(
-    name="apply_metrics",
-    keys=2,
-    args=1,
-    lua="""
+_APPLY_METRICS = """
 local function apply_metrics(k, a)
   for _, op in ipairs(cjson.decode(a[1])) do
     redis.call(op[1], k[op[2]], op[3], op[4])
   end
 end
-""",
-)
+"""
+APPLY_METRICS = Fragment(name="apply_metrics", lua=_APPLY_METRICS, keys=2, args=1)
 """Metric updates as a piece of a script spanning owners (keys: the counters and histograms
 hashes; ``a[1]``: JSON ``[command, key index, field, amount]`` lists,
 :meth:`MetricsStore.part`); see :mod:`bot.store.lua_parts`."""

@@ -70,16 +70,12 @@ def encode(message: Outbound) -> dict[str, str]:
     return {"data": json.dumps(message.to_json())}
 
 
-PUT_OUTBOUND = Fragment(
-    name="put_outbound",
-    keys=1,
-    args=1,
-    lua="""
+_PUT_OUTBOUND = """
 local function put_outbound(k, a)
   if a[1] ~= '' then redis.call('XADD', k[1], '*', 'data', a[1]) end
 end
-""",
-)
+"""
+PUT_OUTBOUND = Fragment(name="put_outbound", lua=_PUT_OUTBOUND, keys=1, args=1)
 """:meth:`OutboxWriter.put` as a piece of a script spanning owners (``a[1]``: the encoded entry,
 ``""`` = none); see :mod:`bot.store.lua_parts`."""
 

@@ -35,11 +35,7 @@ end
 """A Lua function writing a plain step event as :meth:`ProgressWriter.put` does (for scripts that
 put one beside their own writes; ``thread`` as the run hash keeps it: the same JSON)."""
 
-FINAL_PROGRESS = Fragment(
-    name="put_final_progress",
-    keys=1,
-    args=7,
-    lua="""
+_FINAL_PROGRESS = """
 local function put_final_progress(k, a, tools)
   local fields = {'run_id', a[1], 'thread', a[2], 'text', a[3], 'final', '1', 'ts', a[4]}
   if a[5] ~= '' then
@@ -51,8 +47,8 @@ local function put_final_progress(k, a, tools)
   end
   redis.call('XADD', k[1], 'MAXLEN', '~', a[7], '*', unpack(fields))
 end
-""",
-)
+"""
+FINAL_PROGRESS = Fragment(name="put_final_progress", lua=_FINAL_PROGRESS, keys=1, args=7)
 """A run's last event, as :meth:`ProgressWriter.put` writes it, as a piece of the finalize script
 (``a``: run id, thread JSON, status, ts, elapsed or "" for a run that never started, "1"
 for quiet, the stream's MAXLEN); ``tools``, its tool count, comes from the run's hash (the finalize script reads

@@ -27,6 +27,7 @@ from bot.store.joins import JOIN_TTL_SECONDS, leave_join_part
 from bot.store.lua_parts import Fragment, Part
 from bot.store.metrics import MetricsStore, Update
 from bot.store.outbox import put_outbound_part
+from bot.store.owner import Lua, RedisOwner
 from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA, final_progress_part
 from bot.store.run_codec import decode_record, encode_record
 from bot.store.stops import recheck_run_part
@@ -46,11 +47,7 @@ __all__ = [
 STOP_FLAG_TTL = 86_400
 """How long a run's stop flag stays set (seconds)."""
 
-END_RUN = Fragment(
-    name="end_run",
-    keys=7,
-    args=7,
-    lua="""
+_END_RUN = """
 local function end_run(k, a)
   if k[5] ~= '' then redis.call('SET', k[5], '1', 'EX', a[6]) end
   local cur = redis.call('HGET', k[1], 'status')
@@ -70,8 +67,8 @@ local function end_run(k, a)
   redis.call('DEL', k[6], k[7])
   return 1, tools, inbox, receipts
 end
-""",
-)
+"""
+END_RUN = Fragment(name="end_run", lua=_END_RUN, keys=7, args=7)
 """The registry's step of the finalize script (:mod:`bot.store.finalize_script`): the
 compare-and-set to terminal, which is the only decision. KEYS: the run hash, the active set,
 its heartbeat, ``archive_due``, its stop flag ("" = do not raise it), its inbox and the
@@ -245,7 +242,7 @@ class Ended:
     leftovers: tuple[tuple[str, str], ...] = ()
 
 
-class RunsRegistry:
+class RunsRegistry(RedisOwner):
     """Reads and writes run records (sync; the gateway calls it from a worker thread).
 
     Args:
@@ -254,15 +251,15 @@ class RunsRegistry:
         history_max: How many history messages a requester session keeps.
     """
 
+    _create_joined = Lua(_CREATE_JOINED)
+    _start = Lua(_START)
+    _places = Lua(_PLACES)
+
     def __init__(self, *, redis: redis.Redis, keys: Keys, history_max: int = 60) -> None:
-        self.redis = redis
-        self.keys = keys
+        super().__init__(redis=redis, keys=keys)
         self.history_max = history_max
         self._finalize = FinalizeScript(redis=redis, end_run=END_RUN)
         self._metrics = MetricsStore(redis=redis, keys=keys)
-        self._create_joined = redis.register_script(_CREATE_JOINED)
-        self._start = redis.register_script(_START)
-        self._places = redis.register_script(_PLACES)
 
     def next_seq(self, session_key: str) -> int:
         return int(self.redis.incr(self.keys.session_seq(session_key)))
@@ -487,19 +484,6 @@ class RunsRegistry:
             )
             pipe.execute()
 
-    def finalize(
-        self,
-        record: RunRecord,
-        outcome: Finalization,
-        *,
-        slot_key: str | None = None,
-        join_grace: float = 5.0,
-    ) -> int:
-        """Atomically end ``record``'s run: 0 if it had ended already, 1 if this call ended
-        it, 2 if that also fired its join (it was the join's last pending run). The script's
-        compare-and-set is the decision (:mod:`bot.store.finalize_script`)."""
-        return self.end(record, outcome, slot_key=slot_key, join_grace=join_grace).code
-
     def end(
         self,
         record: RunRecord,
@@ -508,8 +492,10 @@ class RunsRegistry:
         slot_key: str | None = None,
         join_grace: float = 5.0,
     ) -> Ended:
-        """:meth:`finalize`, also returning the messages the run never read (taken from its
-        inbox by the same script)."""
+        """Atomically end ``record``'s run: :attr:`Ended.code` 0 if it had ended already, 1
+        if this call ended it, 2 if that also fired its join (it was the join's last pending
+        run), with the messages the run never read (taken from its inbox by the same script).
+        The script's compare-and-set is the decision (:mod:`bot.store.finalize_script`)."""
         started = record.started_at
         parts = FinalizeParts(
             recheck=recheck_run_part(self.keys, record.run_id, at=outcome.recheck_at),

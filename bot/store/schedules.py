@@ -65,18 +65,34 @@ def stamp(t: float) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Schedule:
-    """One recurring run.
+class NewSchedule:
+    """A schedule to make: what, how often, where and for whom (:meth:`ScheduleStore.add`).
 
     Attributes:
-        schedule_id: Its number (``"3"``), unique across the deployment.
-        every: The stored :class:`~bot.runs.schedule_spec.Every` text (``30m``, cron).
+        every: The :class:`~bot.runs.schedule_spec.Every` text (``30m``, cron).
         task: What each run is asked to do.
         subagent_type: Type of each run ("" = the default).
         thread: Where it was scheduled from; each run announces there.
         session_key: The requester session its runs belong to.
         requester: ``platform:user_id`` of who scheduled it (each run's requester).
         agent_id: The agent owning the runs.
+    """
+
+    every: str
+    task: str
+    subagent_type: str
+    thread: ThreadRef
+    session_key: str
+    requester: str
+    agent_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule(NewSchedule):
+    """One recurring run: what it was made with (:class:`NewSchedule`) and its ticks.
+
+    Attributes:
+        schedule_id: Its number (``"3"``), unique across the deployment.
         created_at: When it was made (an interval's anchor).
         next_at: The next tick, exactly as stored (the claim compares this text).
         fired: How many times it fired.
@@ -89,13 +105,6 @@ class Schedule:
     """
 
     schedule_id: str
-    every: str
-    task: str
-    subagent_type: str
-    thread: ThreadRef
-    session_key: str
-    requester: str
-    agent_id: str
     created_at: float
     next_at: str
     fired: int = 0
@@ -158,29 +167,11 @@ class ScheduleStore(RedisOwner):
     _retake = Lua(_RETAKE)
     _done = Lua(_DONE)
 
-    def add(
-        self,
-        *,
-        every: str,
-        task: str,
-        subagent_type: str,
-        thread: ThreadRef,
-        session_key: str,
-        requester: str,
-        agent_id: str,
-        next_at: float,
-        now: float | None = None,
-    ) -> Schedule:
-        """Record a new schedule; returns it with its number."""
+    def add(self, new: NewSchedule, *, next_at: float, now: float | None = None) -> Schedule:
+        """Record ``new`` with its first tick ``next_at``; returns it with its number."""
         schedule = Schedule(
+            **vars(new),
             schedule_id=str(self.redis.incr(self.keys.schedules_seq)),
-            every=every,
-            task=task,
-            subagent_type=subagent_type,
-            thread=thread,
-            session_key=session_key,
-            requester=requester,
-            agent_id=agent_id,
             created_at=time.time() if now is None else now,
             next_at=stamp(next_at),
         )

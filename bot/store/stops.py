@@ -17,16 +17,12 @@ from bot.store.owner import RedisOwner
 TURN_MEMBER = "turn:"
 """``stops:pending`` members with this prefix name a turn job; the others are run ids."""
 
-RECHECK_RUN = Fragment(
-    name="recheck_run",
-    keys=1,
-    args=2,
-    lua="""
+_RECHECK_RUN = """
 local function recheck_run(k, a)
   if a[2] ~= '' then redis.call('ZADD', k[1], a[2], a[1]) end
 end
-""",
-)
+"""
+RECHECK_RUN = Fragment(name="recheck_run", lua=_RECHECK_RUN, keys=1, args=2)
 """:meth:`Stops.recheck_run` as a piece of a script spanning owners (``a``: the run id, when
 to re-check it or ``""`` for no re-check); see :mod:`bot.store.lua_parts`."""
 

@@ -52,7 +52,7 @@ from pydantic import SecretStr
 
 from bot.config import SlackSettings
 from bot.testing import slack_wire as wire
-from bot.testing.netutil import LOOPBACK, bind_loopback
+from bot.testing.netutil import LOOPBACK, FakeServer, bind_loopback
 from bot.testing.slack_files import SlackFiles
 from bot.testing.slack_webapi import MAX_TEXT_CHARS, ApiCall, Fault, Posted, WebApi
 
@@ -86,7 +86,7 @@ class _Conn:
     retiring: bool = False
 
 
-class FakeSlack:
+class FakeSlack(FakeServer):
     """The fake Slack server (start with ``async with`` or :meth:`start` / :meth:`stop`).
 
     Args:
@@ -150,7 +150,7 @@ class FakeSlack:
         self._conns: list[_Conn] = []
         self._changed = asyncio.Condition()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._runner: web.AppRunner | None = None
+        self._runner = None
         self._port = 0
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -173,9 +173,7 @@ class FakeSlack:
             task.cancel()
         for conn in list(self._conns):
             await conn.ws.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._close_port()
 
     async def pause(self) -> None:
         """Go off the network: drop every socket and close the port (connection refused).
@@ -185,24 +183,12 @@ class FakeSlack:
         for conn in list(self._conns):
             conn.retiring = True
             await conn.ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        await self._close_port()
 
     async def resume(self) -> None:
         """Listen again on the same port (clients reconnect on their own)."""
         if self._runner is None:
             await self.start()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self._port}"
 
     @property
     def api_url(self) -> str:

@@ -40,7 +40,7 @@ from typing import Any
 
 from aiohttp import ClientSession, web
 
-from bot.testing.netutil import LOOPBACK, bind_loopback
+from bot.testing.netutil import FakeServer, bind_loopback
 from bot.testing.telegram_files import FileApiError, TelegramFiles
 from bot.testing.telegram_html import HtmlParseError, utf16_len, visible_text
 from bot.testing.telegram_objects import detect_entities, forum, group, private, user
@@ -132,7 +132,7 @@ class _Injection:
     when: Callable[[dict[str, Any]], bool] | None = None
 
 
-class FakeTelegram:
+class FakeTelegram(FakeServer):
     """The fake Bot API server; use as ``async with FakeTelegram() as tg``.
 
     Args:
@@ -172,7 +172,7 @@ class FakeTelegram:
         self._poll_generation = 0
         self._long_polls = 0
         self._closing = False
-        self._runner: web.AppRunner | None = None
+        self._runner = None
         self._client: ClientSession | None = None
         self._delivery: asyncio.Task[None] | None = None
         self._port = 0
@@ -182,7 +182,7 @@ class FakeTelegram:
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         await self._listen()
-        self.base_url = f"http://{LOOPBACK}:{self._port}"
+        self.base_url = self.url
         self._client = ClientSession()
 
     async def _listen(self) -> None:
@@ -204,9 +204,7 @@ class FakeTelegram:
         """
         self._paused = True
         self._wakeup.set()
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        await self._close_port()
 
     async def resume(self) -> None:
         """Listen again on the same port, with every chat, update and message kept."""
@@ -224,15 +222,7 @@ class FakeTelegram:
                 await self._delivery
         if self._client is not None:
             await self._client.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def __aenter__(self) -> FakeTelegram:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.stop()
+        await self._close_port()
 
     @property
     def api_url(self) -> str:

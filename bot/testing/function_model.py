@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bot.agent.completion import Completion, ToolCallRequest
+from bot.agent.completion import Completion, CompletionRequest, ToolCallRequest
 from bot.demo.replies import ChatRequest, Reply, Text, ToolCalls
 from bot.demo.wire import usage as wire_usage
 from bot.types import Usage
@@ -59,41 +59,30 @@ class FunctionModel:
     def known_models(self) -> frozenset[str] | None:
         return self.models
 
-    def complete(
-        self,
-        *,
-        model: str,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] = (),
-        thinking: str = "",
-        timeout: float | None = None,
-        budget: float | None = None,
-        on_text: Callable[[int], None] | None = None,
-        on_chunk: Callable[[], None] | None = None,
-    ) -> Completion:
+    def complete(self, request: CompletionRequest) -> Completion:
         """The function's answer to this request, as the agent loop reads it.
 
         Raises:
             TypeError: The function returned something else than ``Text``/``ToolCalls``.
         """
-        body: dict[str, Any] = {"model": model, "messages": list(messages)}
-        if tools:
-            body["tools"] = list(tools)
-        request = ChatRequest.from_body(body)
+        body: dict[str, Any] = {"model": request.model, "messages": list(request.messages)}
+        if request.tools:
+            body["tools"] = list(request.tools)
+        seen = ChatRequest.from_body(body)
         with self._lock:
             index = len(self.requests)
-            self.requests.append(request)
-        reply: Reply = self.function(request)
+            self.requests.append(seen)
+        reply: Reply = self.function(seen)
         if not isinstance(reply, Text | ToolCalls):
             raise TypeError(f"FunctionModel answers Text or ToolCalls, not {reply!r}")
         if reply.delay:
             time.sleep(reply.delay)
-        if on_chunk:
-            on_chunk()
+        if request.on_chunk:
+            request.on_chunk()
         content = reply.content or ""
-        if on_text and content:
-            on_text(len(content))
-        return _completion(reply, request, index)
+        if request.on_text and content:
+            request.on_text(len(content))
+        return _completion(reply, seen, index)
 
 
 def _completion(reply: Text | ToolCalls, request: ChatRequest, index: int) -> Completion:

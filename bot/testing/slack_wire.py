@@ -67,27 +67,12 @@ def message_event(
     return event
 
 
-def app_mention_event(
-    *,
-    text: str,
-    user: str = DEFAULT_USER,
-    channel: str = DEFAULT_CHANNEL,
-    ts: str | None = None,
-    thread_ts: str | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """An ``app_mention`` event (no ``channel_type``, like Slack's)."""
-    event: dict[str, Any] = {
-        "type": "app_mention",
-        "user": user,
-        "text": text,
-        "ts": ts or new_ts(),
-        "channel": channel,
-    }
-    if thread_ts:
-        event["thread_ts"] = thread_ts
-    event["event_ts"] = event["ts"]
-    event.update(extra)
+def app_mention_event(*, text: str, **fields: Any) -> dict[str, Any]:
+    """An ``app_mention`` event: :func:`message_event`'s ``fields`` without ``channel_type``
+    (Slack sends none with a mention)."""
+    event = message_event(text=text, **fields)
+    del event["channel_type"]
+    event["type"] = "app_mention"
     return event
 
 

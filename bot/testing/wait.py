@@ -65,17 +65,8 @@ async def until(
     every: float = 0.02,
     message: str | None = None,
 ) -> T:
-    """Await until ``condition`` (sync or async) returns something truthy; return that.
-
-    Args:
-        condition: Checked at once, then every ``every`` seconds; may return an awaitable.
-        timeout: Seconds before giving up.
-        every: Seconds between checks (the event loop runs meanwhile).
-        message: The ``TimeoutError``'s message (default: says how long it waited).
-
-    Raises:
-        TimeoutError: The condition stayed falsy for ``timeout`` seconds.
-    """
+    """:func:`wait_until` in a coroutine: ``condition`` may return an awaitable, and the
+    event loop runs between checks."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()

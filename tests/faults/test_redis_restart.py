@@ -16,12 +16,14 @@ import pytest
 import redis
 
 from bot.config import GatewaySettings
+from bot.gateway.delivery import Policy
 from bot.gateway.egress import Egress
 from bot.gateway.runtime import async_client
+from bot.gateway.sender import Deliverer
 from bot.keys import Keys
 from bot.ports import PartLog
 from bot.redis.server import RedisServer
-from bot.store.outbox import OutboxWriter
+from bot.store.outbox import Outbox, OutboxWriter
 from bot.store.runs import RunsRegistry
 from bot.supervise.aio import cancel_all
 from bot.testing.channel import MemoryChannel
@@ -119,12 +121,15 @@ async def test_announces_arrive_within_seconds_of_a_redis_restart(
     server = RedisServer(data_dir=tmp_path / "redis").start()
     client = async_client(server.url)
     channel = SlowFirstSend()
+    settings = GatewaySettings()  # reclaim_idle_seconds=30: far beyond the bound below
     egress = Egress(
-        redis=client,
-        keys=Keys(),
-        adapters={"console": channel},
-        settings=GatewaySettings(),  # reclaim_idle_seconds=30: far beyond the bound below
-        consumer="gw-restart",
+        sender=Deliverer(
+            outbox=Outbox(redis=client, keys=Keys()),
+            adapters={"console": channel},
+            policy=Policy.of(settings),
+            consumer="gw-restart",
+        ),
+        settings=settings,
     )
     task = asyncio.create_task(egress.run())
     try:

@@ -13,14 +13,12 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.runs.recurring import (
     UNFINISHED_AFTER_SECONDS,
-    NewSchedule,
     add_schedule,
     fire_due,
     tick_run_id,
 )
-from bot.runs.schedule_spec import Every
 from bot.runs.spawn import SpawnRequest, spawn_run
-from bot.store.schedules import ScheduleStore
+from bot.store.schedules import NewSchedule, ScheduleStore
 from bot.types import RunStatus, ThreadRef
 from tests.integration.test_control_redis import THREAD, command, session_of
 
@@ -129,7 +127,7 @@ def _add(deps: Deps, *, seconds: int, now: float) -> None:
     add_schedule(
         deps,
         NewSchedule(
-            every=Every(text=f"{seconds}s", seconds=seconds),
+            every=f"{seconds}s",
             task="tick task",
             subagent_type="",
             thread=THREAD,

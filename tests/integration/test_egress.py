@@ -11,9 +11,12 @@ import redis.asyncio as aioredis
 
 from bot.config import GatewaySettings
 from bot.errors import DeliveryError
+from bot.gateway.delivery import Policy
 from bot.gateway.egress import Egress
+from bot.gateway.sender import Deliverer
 from bot.keys import Keys
 from bot.ports import PartLog
+from bot.store.outbox import Outbox
 from bot.testing import MemoryChannel, until
 from bot.types import Outbound, ThreadRef
 
@@ -44,12 +47,15 @@ async def run_egress(
     **settings: object,
 ) -> Egress:
     """Run an egress until ``done(egress)`` holds and every entry is acknowledged."""
+    gateway = GatewaySettings(delivery_backoff_seconds=0.05, **settings)  # type: ignore[arg-type]
     egress = Egress(
-        redis=client,
-        keys=KEYS,
-        adapters={"console": channel},
-        settings=GatewaySettings(delivery_backoff_seconds=0.05, **settings),  # type: ignore[arg-type]
-        consumer="test",
+        sender=Deliverer(
+            outbox=Outbox(redis=client, keys=KEYS),
+            adapters={"console": channel},
+            policy=Policy.of(gateway),
+            consumer="test",
+        ),
+        settings=gateway,
     )
     task = asyncio.create_task(egress.run())
     try:

@@ -12,8 +12,10 @@ import redis.asyncio as aioredis
 from bot.config import GatewaySettings, Settings
 from bot.deps import Deps
 from bot.errors import DeliveryError
+from bot.gateway.delivery import Policy
 from bot.gateway.egress import Egress
 from bot.gateway.runtime import Gateway
+from bot.gateway.sender import Deliverer
 from bot.gateway.status_cards import ProgressRenderer
 from bot.keys import Keys
 from bot.ports import PartLog
@@ -35,12 +37,15 @@ async def put(client: aioredis.Redis, *messages: Outbound) -> list[str]:
 
 
 def egress_for(client: aioredis.Redis, channel: MemoryChannel, **settings: object) -> Egress:
+    gateway = GatewaySettings(delivery_backoff_seconds=0.05, **settings)  # type: ignore[arg-type]
     return Egress(
-        redis=client,
-        keys=KEYS,
-        adapters={"console": channel},
-        settings=GatewaySettings(delivery_backoff_seconds=0.05, **settings),  # type: ignore[arg-type]
-        consumer="gw-lane",
+        sender=Deliverer(
+            outbox=Outbox(redis=client, keys=KEYS),
+            adapters={"console": channel},
+            policy=Policy.of(gateway),
+            consumer="gw-lane",
+        ),
+        settings=gateway,
     )
 
 

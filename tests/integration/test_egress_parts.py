@@ -18,10 +18,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from bot.config import GatewaySettings
+from bot.gateway.delivery import Policy
 from bot.gateway.egress import Egress
-from bot.gateway.sender import FileLoader
+from bot.gateway.sender import Deliverer, FileLoader
 from bot.keys import Keys
 from bot.ports import OutFile, PartLog
+from bot.store.outbox import Outbox
 from bot.supervise.aio import cancel_all
 from bot.testing import until
 from bot.types import Outbound, ThreadRef
@@ -98,12 +100,14 @@ def gateway(
     client: aioredis.Redis, channel: PartsChannel, name: str, files: FileLoader | None = None
 ) -> Egress:
     return Egress(
-        redis=client,
-        keys=KEYS,
-        adapters={"console": channel},
+        sender=Deliverer(
+            outbox=Outbox(redis=client, keys=KEYS),
+            adapters={"console": channel},
+            policy=Policy.of(FAST),
+            consumer=name,
+            files=files,
+        ),
         settings=FAST,
-        consumer=name,
-        files=files,
     )
 
 
@@ -186,12 +190,15 @@ async def test_an_entry_this_gateway_read_but_never_got_is_picked_up_without_the
     await aredis.xgroup_create(KEYS.outbox, "gateway", id="0", mkstream=True)
     await aredis.xadd(KEYS.outbox, {"data": json.dumps(entry.to_json())})
     await aredis.xreadgroup("gateway", "gw-same", {KEYS.outbox: ">"}, count=10)  # reply lost
+    settings = GatewaySettings()  # reclaim_idle_seconds=30
     egress = Egress(
-        redis=aredis,
-        keys=KEYS,
-        adapters={"console": PartsChannel(thread, lookback=True)},
-        settings=GatewaySettings(),  # reclaim_idle_seconds=30
-        consumer="gw-same",
+        sender=Deliverer(
+            outbox=Outbox(redis=aredis, keys=KEYS),
+            adapters={"console": PartsChannel(thread, lookback=True)},
+            policy=Policy.of(settings),
+            consumer="gw-same",
+        ),
+        settings=settings,
     )
     task = asyncio.create_task(egress.run())
     try:

@@ -225,7 +225,7 @@ def test_a_slot_freed_by_a_process_that_died_before_admitting_is_given_on_by_the
     deps.jobs.queue(SUBAGENTS_QUEUE).remove(a[0].job_id)
     # the terminal transition alone (the Lua script), as if its process died right after
     outcome = Finalization(status=RunStatus.SUCCESS, result="ok")
-    assert deps.runs.finalize(a[0], outcome, slot_key=deps.jobs.subagent_slot_key())
+    assert deps.runs.end(a[0], outcome, slot_key=deps.jobs.subagent_slot_key()).code
     assert queued(deps) == [a[1].job_id]
     sweep(deps)
     assert queued(deps) == [a[1].job_id, a[2].job_id]

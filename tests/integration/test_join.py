@@ -191,7 +191,7 @@ def test_the_sweep_dispatches_a_join_whose_firer_died(redis_url: str) -> None:
     # The finalize script fires, then its process dies before dispatching.
     from bot.store.runs import Finalization
 
-    assert deps.runs.finalize(record, Finalization(status=RunStatus.SUCCESS)) == 2
+    assert deps.runs.end(record, Finalization(status=RunStatus.SUCCESS)).code == 2
     assert continuation_jobs(deps) == []
     assert dispatch_due(deps) == []  # within the firer's grace
     deps.redis.zadd(deps.keys.joins_ready, {plan.join_id: time.time() - 1})

@@ -6,6 +6,7 @@ import asyncio
 
 from pydantic import SecretStr
 
+from bot.agent.completion import CompletionRequest
 from bot.agent.llm import OpenAIChatModel
 from bot.config import OpenAISettings
 from bot.testing.fake_openai import FakeOpenAI
@@ -52,7 +53,10 @@ async def test_messages_and_tools_reach_the_server_exactly_with_the_key() -> Non
         model = OpenAIChatModel(settings=settings)
         try:
             done = await asyncio.to_thread(
-                model.complete, model="fake-model", messages=MESSAGES, tools=TOOLS, thinking="low"
+                model.complete,
+                CompletionRequest(
+                    model="fake-model", messages=MESSAGES, tools=TOOLS, thinking="low"
+                ),
             )
         finally:
             model.close()
@@ -71,7 +75,9 @@ async def test_no_tools_sends_no_tools_key() -> None:
     async with FakeOpenAI(ScriptedModel(default=Text("hi")), models=["fake-model"]) as fake:
         model = OpenAIChatModel(settings=OpenAISettings(base_url=fake.base_url, model="fake-model"))
         try:
-            await asyncio.to_thread(model.complete, model="fake-model", messages=MESSAGES[:2])
+            await asyncio.to_thread(
+                model.complete, CompletionRequest(model="fake-model", messages=MESSAGES[:2])
+            )
         finally:
             model.close()
         [request] = fake.requests

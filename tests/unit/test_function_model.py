@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from bot.agent.completion import ChatModel
+from bot.agent.completion import ChatModel, CompletionRequest
 from bot.agent.context import ToolContext
 from bot.agent.loop import run_loop
 from bot.agent.tools import Tool
@@ -63,13 +63,17 @@ def test_usage_is_the_replys_own_else_estimated_and_ids_are_stable() -> None:
         ScriptedModel(default=Text("hi", usage=Usage(prompt_tokens=7, completion_tokens=3)))
         .on("call", ToolCalls([Call("double", {"n": 1})]))
     )  # fmt: skip
-    said = model.complete(model="m", messages=[{"role": "user", "content": "say"}])
+    said = model.complete(
+        CompletionRequest(model="m", messages=[{"role": "user", "content": "say"}])
+    )
     assert (said.content, said.usage, said.finish_reason) == (
         "hi",
         Usage(prompt_tokens=7, completion_tokens=3),
         "stop",
     )
-    called = model.complete(model="m", messages=[{"role": "user", "content": "call it"}])
+    called = model.complete(
+        CompletionRequest(model="m", messages=[{"role": "user", "content": "call it"}])
+    )
     assert [(c.id, c.name, c.arguments) for c in called.tool_calls] == [
         ("call_1_0", "double", '{"n": 1}')
     ]
@@ -80,4 +84,4 @@ def test_known_models_and_what_it_cannot_answer() -> None:
     assert FunctionModel(lambda r: Text("x")).known_models() is None
     assert FunctionModel(lambda r: Text("x"), models=["a"]).known_models() == {"a"}
     with pytest.raises(TypeError, match="Text or ToolCalls"):
-        FunctionModel(ScriptedModel()).complete(model="m", messages=[])
+        FunctionModel(ScriptedModel()).complete(CompletionRequest(model="m", messages=[]))

@@ -204,7 +204,7 @@ class Scripted:
         self.settings = OpenAISettings()
         self.replies = replies
 
-    def complete(self, **_: Any) -> Completion:
+    def complete(self, request: Any) -> Completion:
         return self.replies.pop(0)
 
 

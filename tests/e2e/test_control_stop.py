@@ -126,6 +126,14 @@ async def test_who_may_stop_and_what_stop_all_ends(redis_url: str) -> None:
 
             await channel.say("/stop", thread=b, user="carol")
             await stack.wait_for(lambda: len(channel.announces) == 5, timeout=5)
+            # Its reply is queued after the run's announce: wait for it too before leaving.
+            await stack.wait_for(
+                lambda: (
+                    ("B", "⏹️ Stopped 1: #1.")
+                    in [(m.thread.thread, m.text) for m in channel.replies]
+                ),
+                timeout=5,
+            )
 
             def slow_calls() -> list[RecordedRequest]:
                 return [r for r in fake.requests if "task slow" in r.chat.last_user_message]

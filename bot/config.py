@@ -149,6 +149,34 @@ class SubagentSettings(_Section):
     )
 
 
+class WorkerSettings(_Section):
+    """How ``fanbot worker`` runs its jobs (docs/architecture.md, "Worker pools")."""
+
+    pool: Literal["fork", "threads"] = Field(
+        "fork",
+        description="fork: a process per run (RQ's work horse); threads: runs share "
+        "long-lived worker processes, up to `concurrency` each.",
+    )
+    concurrency: int = Field(
+        32, ge=1, le=2000, description="threads pool: runs at once per worker process."
+    )
+    stop_grace_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=600,
+        description="threads pool: a stopped run that has not ended this long after its "
+        "stop is fenced; its process takes no more work, drains and is replaced.",
+    )
+    max_runs: int = Field(
+        0, ge=0, description="threads pool: recycle a process after this many runs (0: never)."
+    )
+    max_memory_mb: int = Field(
+        0,
+        ge=0,
+        description="threads pool: recycle a process whose memory (USS) passes this (0: never).",
+    )
+
+
 _RUNNABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _LOOP_KEYS = ("system_prompt", "tools", "model", "thinking", "output_schema", "require_approval")
 
@@ -540,7 +568,14 @@ class McpServer(_Section):
         default_factory=list, description="The server's tool names to offer; empty: all."
     )
     timeout_seconds: float = Field(
-        30.0, gt=0, le=3600, description="Bounds starting, listing, and each call."
+        30.0, gt=0, le=3600, description="Bounds listing the tools, and each call."
+    )
+    start_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Bounds starting the server (connecting, or the subprocess) and its "
+        "initialize handshake.",
     )
 
     @model_validator(mode="after")
@@ -655,6 +690,7 @@ class Settings(BaseSettings):
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
     prices: dict[str, Price] = Field(default_factory=dict)
     subagents: SubagentSettings = Field(default_factory=SubagentSettings)
+    workers: WorkerSettings = Field(default_factory=WorkerSettings)
     budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     subagent_types: list[SubagentType] = Field(default_factory=list)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)

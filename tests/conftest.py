@@ -74,3 +74,22 @@ def rconn(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--pool",
+        choices=("fork", "threads"),
+        default=None,
+        help="run every Stack's workers in this pool (default: each test's own choice)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _stack_pool(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--pool threads`` runs every end-to-end test's workers in the threads pool."""
+    pool = request.config.getoption("--pool")
+    if pool:
+        from bot.testing.stack import Stack
+
+        monkeypatch.setattr(Stack, "default_pool", pool)

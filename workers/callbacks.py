@@ -13,7 +13,7 @@ import socket
 from typing import Any
 
 from redis import Redis
-from rq.job import Job
+from rq.job import Job, JobStatus
 from rq.timeouts import JobTimeoutException
 
 from bot.agent.turn import turn_stopped as commit_turn_stopped
@@ -71,29 +71,53 @@ def horse_killed(job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
     _finalize(job.connection, run_id, RunStatus.UNKNOWN, f"worker process died (exit {ret_val})")
 
 
-def worker_died(deps: Deps, pid: int) -> str | None:
-    """Worker process ``pid`` (a child of this launcher, so of this host) died: end its run
-    ``unknown`` now if nothing of its session lives on, rather than when the run's
-    heartbeat expires. Its horse keeps the worker's session; a horse still running (only
-    the worker was killed) ends the run itself. Returns the run ended, if any."""
+def fence_job(worker: Any, job: Job, queue: Any, execution: Any, deps: Deps) -> None:
+    """End a job whose run did not end after its stop (threads pool, see
+    :mod:`workers.threaded`): RQ's side (``stopped``, its execution gone, its rate-limit slot
+    freed) and fanbot's (the run ended ``stopped``; a turn's closing line posted). The run's
+    thread may still finish later; its own finalizers then find nothing to do."""
+    with worker.connection.pipeline() as pipe:
+        job.set_status(JobStatus.STOPPED, pipeline=pipe)
+        worker.cleanup_execution(job, pipeline=pipe, execution=execution)
+        pipe.execute()
+    worker._release_slot_safely(job)
+    if job.origin == SUBAGENTS_QUEUE:
+        note = "stopped on request (it did not end after the stop, so it was fenced)"
+        _end(deps, _run_of(job), RunStatus.STOPPED, note)
+        return
+    payload = job.args[0] if job.args and isinstance(job.args[0], dict) else None
+    if payload is not None:
+        commit_turn_stopped(deps, TurnJob.model_validate(payload))
+
+
+def worker_died(deps: Deps, pid: int) -> list[str]:
+    """Worker process ``pid`` (a child of this launcher, so of this host) died: end every
+    run it executed ``unknown`` now if nothing of its session lives on, rather than when
+    the runs' heartbeats expire. A fork-pool horse keeps the worker's session; a horse still
+    running (only the worker was killed) ends its run itself. In the threads pool the
+    process held up to its concurrency of runs, all ended here. Returns the runs ended."""
+    ended: list[str] = []
     try:
-        run_id = _current_run(deps, pid)
-        if run_id is None or _session_alive(pid):
-            return None
-        if not _end(deps, run_id, RunStatus.UNKNOWN, f"worker process died (pid {pid})"):
-            return None
-    except Exception:  # the reaper still ends it when its heartbeat expires
-        log.exception("could not end the run of dead worker pid %s", pid)
-        return None
-    log.warning("worker pid %s died with run %s; ended unknown", pid, run_id)
-    return run_id
+        runs = _current_runs(deps, pid)
+        if not runs or _session_alive(pid):
+            return []
+        for run_id in runs:
+            if _end(deps, run_id, RunStatus.UNKNOWN, f"worker process died (pid {pid})"):
+                ended.append(run_id)
+    except Exception:  # the reaper still ends them when their heartbeats expire
+        log.exception("could not end the runs of dead worker pid %s", pid)
+        return ended
+    if ended:
+        log.warning("worker pid %s died with %d run(s) (%s); ended unknown", pid, len(ended),
+                    ", ".join(ended[:5]))  # fmt: skip
+    return ended
 
 
-def _current_run(deps: Deps, pid: int) -> str | None:
-    """The run of the RQ worker with ``pid`` on this host (hostname and, where Redis saw
+def _current_runs(deps: Deps, pid: int) -> list[str]:
+    """The runs of the RQ worker with ``pid`` on this host (hostname and, where Redis saw
     one, address: containers may share a hostname and pids)."""
-    job = deps.rq.current_job(pid=pid, host=socket.gethostname())
-    return deps.jobs.current_run_id(job) if job is not None else None
+    jobs = deps.rq.current_jobs(pid=pid, host=socket.gethostname())
+    return [run for job in jobs if (run := deps.jobs.current_run_id(job)) is not None]
 
 
 def _session_alive(sid: int) -> bool:

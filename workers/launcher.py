@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import ValidationError
 from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
@@ -43,6 +44,7 @@ from workers.callbacks import horse_killed, worker_died
 from workers.context import WorkerContext, serving
 from workers.forked import Forked, fork_worker
 from workers.maintenance import maintenance_loop
+from workers.threaded import ThreadsWorker
 
 log = logging.getLogger("fanbot.worker")
 
@@ -102,17 +104,34 @@ def run_single(
     )
     watch.start()
     conn = connect(settings.redis_url)
-    worker = FanbotWorker(
-        [Queue(q, connection=conn, serializer=JSONSerializer) for q in queues],
-        context=context,
-        connection=conn,
-        serializer=JSONSerializer,
-        work_horse_killed_handler=horse_killed,
-    )
+    rq_queues = [Queue(q, connection=conn, serializer=JSONSerializer) for q in queues]
+    pool = settings.workers
+    worker: Worker | ThreadsWorker
+    if pool.pool == "threads":
+        worker = ThreadsWorker(
+            rq_queues,
+            context=context,
+            concurrency=pool.concurrency,
+            stop_grace=pool.stop_grace_seconds,
+            max_runs=pool.max_runs,
+            max_memory_mb=pool.max_memory_mb,
+            connection=conn,
+            serializer=JSONSerializer,
+        )
+    else:
+        worker = FanbotWorker(
+            rq_queues,
+            context=context,
+            connection=conn,
+            serializer=JSONSerializer,
+            work_horse_killed_handler=horse_killed,
+        )
     try:
         worker.work(burst=burst, logging_level=settings.log_level, with_scheduler=False)
     finally:
         watch.stop()
+    if isinstance(worker, ThreadsWorker) and worker.recycle_reason:
+        log.info("worker pid %s exits to be replaced: %s", os.getpid(), worker.recycle_reason)
 
 
 class FanbotWorker(Worker):
@@ -316,6 +335,26 @@ def parser() -> argparse.ArgumentParser:
         default=",".join(DEFAULT_QUEUES),
         help=f"comma-separated queues (default {','.join(DEFAULT_QUEUES)})",
     )
+    p.add_argument(
+        "--pool",
+        choices=("fork", "threads"),
+        help="fork: a process per run; threads: runs share each worker process "
+        "(default: FANBOT_WORKERS__POOL, else fork)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        help="threads pool: runs at once per worker process (default: "
+        "FANBOT_WORKERS__CONCURRENCY, else 32)",
+    )
+    p.add_argument(
+        "--max-runs", type=int, help="threads pool: replace a worker process after this many runs"
+    )
+    p.add_argument(
+        "--max-memory-mb",
+        type=int,
+        help="threads pool: replace a worker process whose memory (USS) passes this",
+    )
     p.add_argument("--single", action="store_true", help="run one worker in this process")
     p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     p.add_argument(
@@ -334,6 +373,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def with_pool_options(settings: Settings, args: argparse.Namespace) -> Settings:
+    """``settings`` with the pool options given on the command line (they win)."""
+    given = {
+        "pool": args.pool,
+        "concurrency": args.concurrency,
+        "max_runs": args.max_runs,
+        "max_memory_mb": args.max_memory_mb,
+    }
+    changes = {k: v for k, v in given.items() if v is not None}
+    if not changes:
+        return settings
+    try:
+        merged = settings.workers.model_validate(settings.workers.model_dump() | changes)
+    except ValidationError as exc:
+        problems = "; ".join(f"--{'-'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(problems.replace("_", "-")) from None
+    return settings.model_copy(update={"workers": merged})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, check the configuration and Redis, then run.
 
@@ -343,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ConfigError: The configuration is invalid, or Redis refused its credentials.
     """
     args = parser().parse_args(argv)
-    settings = load_settings()
+    settings = with_pool_options(load_settings(), args)
     configure_logging(settings)
     queues = [q for q in args.queues.split(",") if q]
     if args.single or args.burst:

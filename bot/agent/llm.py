@@ -11,6 +11,8 @@ ends with a note saying how much was dropped.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,11 +22,31 @@ import openai
 from bot.agent.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.config import OpenAISettings
 from bot.observe.scope import model_call as observe_model_call
+from bot.supervise import abort
 from bot.text.clip import cut_note
 from bot.types import Usage
 
 OFFLINE_BASE_URL_HINT = "no model endpoint configured"
 MAX_NAME_CHARS = 256  # a tool name; real ones are short, a runaway one is cut
+
+
+def _cutter(stream: Any) -> Callable[[], None]:
+    """How to cut ``stream``'s response from another thread: shut its socket down, which
+    wakes the reading thread at once (closing the file descriptor would not)."""
+    response = getattr(stream, "response", None)
+
+    def cut() -> None:
+        if response is None:
+            return
+        network = response.extensions.get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        if sock is None:
+            response.close()
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    return cut
 
 
 def retries_within(budget: float | None, per_attempt: float, configured: int) -> int:
@@ -107,13 +129,20 @@ class OpenAIChatModel:
         if retries != self.settings.max_retries:
             client = client.with_options(max_retries=retries)
         with observe_model_call(model) as call:  # a span, tokens and cost for the metrics
+            abort.check()
             stream = client.chat.completions.create(**kwargs)
-            completion = fold_stream(
-                call.watch(stream),
-                request.on_text,
-                limit=self.settings.max_reply_chars,
-                on_chunk=request.on_chunk,
-            )
+            try:
+                with abort.closing(_cutter(stream)):  # a stop cuts the response mid-stream
+                    completion = fold_stream(
+                        call.watch(stream),
+                        request.on_text,
+                        limit=self.settings.max_reply_chars,
+                        on_chunk=request.on_chunk,
+                    )
+            except Exception as exc:
+                if abort.aborted():
+                    raise abort.Aborted("stopped during the model call") from exc
+                raise
             call.usage = completion.usage
         return completion
 

@@ -31,6 +31,7 @@ from bot.runs.join import JoinPlan, chain_exhausted, continuation_prompt, plan_j
 from bot.runs.naming import Icon
 from bot.sessions import qualified_user
 from bot.store.jobs import TurnJob
+from bot.supervise import abort
 from bot.text.clip import clip_markdown
 from bot.types import Outbound, OutboundKind, ThreadRef
 
@@ -143,7 +144,7 @@ def _answer(
     meter = Meter()
 
     def checkpoint() -> None:
-        if deps.stops.turn_stop_requested(job.session_key):
+        if abort.aborted() or deps.stops.turn_stop_requested(job.session_key):
             raise RunInterrupted("turn stopped")
 
     over = over_daily(deps, session_key=job.session_key, user=ctx.requester)
@@ -167,10 +168,14 @@ def _answer(
         return _with_spawns(str(exc), ctx)
     except RunInterrupted:
         return _with_spawns("Stopped.", ctx)
+    except abort.Aborted:  # threads pool: a hard stop before the model call
+        return _with_spawns(STOPPED_IN_MODEL_CALL, ctx)
     except BaseTimeoutException:
         _commit(deps, job, ctx.thread, None, f"{Icon.TIMED_OUT} That took too long, so I stopped.")
         raise
     except openai.APIError as exc:
+        if abort.aborted():  # threads pool: a hard stop cut the model call
+            return _with_spawns(STOPPED_IN_MODEL_CALL, ctx)
         log.warning("turn in %s failed: %s", job.session_key, type(exc).__name__)
         why = _short_error(exc, model, agent.model or deps.settings.openai.model)
         return _with_spawns(f"{Icon.WARNING} The model call failed: {why}.", ctx)

@@ -38,6 +38,7 @@ from bot.runs.steer_receipts import read_inbox
 from bot.steps import LoopControl, Message, Meter, RunBody
 from bot.store.progress import ProgressEvent
 from bot.store.runs import TOOLS_FIELD, RunStart
+from bot.supervise import abort
 from bot.types import RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,14 @@ def _drive(
         return f"after {meter.steps} step(s)"
 
     try:
-        result = body(record, control=_control(deps, record, meter, start), meter=meter)
+        try:
+            result = body(record, control=_control(deps, record, meter, start), meter=meter)
+        except Exception as exc:
+            # An aborted run (threads pool: its model call cut, its command killed) ends by
+            # whatever that raised in it; it was stopped, whatever the exception says.
+            if abort.aborted() and not isinstance(exc, RunParked):
+                raise RunStopped("stop requested") from exc
+            raise
     except RunStopped:
         return RunStatus.STOPPED, meter.last_text, f"stopped on request {steps()}"
     except RunStalled as exc:
@@ -213,7 +221,7 @@ def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> Lo
         deps.transcripts.append(record.session_id, message)
 
     def checkpoint() -> None:
-        if stop_requested():
+        if abort.aborted() or stop_requested():
             raise RunStopped("stop requested")
         if time.monotonic() - meter.started >= record.timeout_s:
             raise RunDeadline("soft deadline")

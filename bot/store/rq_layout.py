@@ -224,8 +224,15 @@ class RqLayout:
         return as_text(self.redis.hget(Job.key_for(job_id), RUN_FIELD) or job_id)
 
     def current_job(self, *, pid: int, host: str) -> Job | None:
-        """The job the RQ worker with ``pid`` on ``host`` executes (and, where Redis saw
-        one, from this client's address: containers may share a hostname and pids)."""
+        """One job the RQ worker with ``pid`` on ``host`` executes (see :meth:`current_jobs`)."""
+        jobs = self.current_jobs(pid=pid, host=host)
+        return jobs[0] if jobs else None
+
+    def current_jobs(self, *, pid: int, host: str) -> list[Job]:
+        """Every job the RQ worker with ``pid`` on ``host`` executes: its executions (one
+        in the fork pool, up to its concurrency in the threads pool). The worker is matched,
+        where Redis saw one, also by this client's address: containers may share a hostname
+        and pids."""
         me = _ip(str(self.redis.client_info().get("addr", "")))
         for worker in Worker.all(connection=self.redis, serializer=JSONSerializer):
             if worker.pid != pid or worker.hostname != host:
@@ -233,8 +240,10 @@ class RqLayout:
             seen = _ip(worker.ip_address or "")
             if seen and me and seen != me:
                 continue
-            return worker.get_current_job()
-        return None
+            ids = [e.job_id for e in worker.get_current_executions(refresh=True)]
+            return [job for job in Job.fetch_many(ids, connection=self.redis,
+                                                  serializer=JSONSerializer) if job]  # fmt: skip
+        return []
 
     # --- acting on it ----------------------------------------------------------------------
 

@@ -218,7 +218,12 @@ class Stack:
         workers: RQ worker processes to fork (0 to start none).
         router: Command router for the gateway.
         log_dir: Where worker logs go (a temp dir by default).
+        pool: The workers' pool, ``fork`` or ``threads`` (``workers.pool`` in ``values``
+            wins; default :attr:`default_pool`, which a test suite may set to run the same
+            tests under both pools).
     """
+
+    default_pool: str = "fork"
 
     def __init__(
         self,
@@ -228,8 +233,12 @@ class Stack:
         workers: int = 2,
         router: CommandRouter | None = None,
         log_dir: Path | None = None,
+        pool: str | None = None,
     ) -> None:
         self.values = dict(values)
+        worker_settings = dict(self.values.get("workers") or {})
+        worker_settings.setdefault("pool", pool or self.default_pool)
+        self.values["workers"] = worker_settings
         gateway = dict(self.values.get("gateway") or {})
         gateway.setdefault("http_port", 0)  # a free port (see Gateway.http_port): never 8080
         self.values["gateway"] = gateway

@@ -149,7 +149,7 @@ def test_servers_that_cannot_be_reached_are_not_offered_and_do_not_hang(
         closed={"url": f"http://127.0.0.1:{free_port()}/mcp"},
         missing={"command": ["/nonexistent/mcp-server"]},
         exits={"command": [sys.executable, "-c", "pass"]},
-        stuck={"command": [*CALC, "--hang-at-start"], "timeout_seconds": 1.5},
+        stuck={"command": [*CALC, "--hang-at-start"], "start_timeout_seconds": 1.5},
     )
     pool = McpPool()
     with caplog.at_level(logging.WARNING, logger="bot.agent.tools.mcp_clients"):
@@ -168,7 +168,19 @@ def test_servers_that_cannot_be_reached_are_not_offered_and_do_not_hang(
         "MCP server missing is not reachable: command '/nonexistent/mcp-server' not found; "
         "its tools are not offered"
     )
-    assert warnings[3] == "MCP server stuck did not answer in 1.5s; its tools are not offered"
+    assert warnings[3] == "MCP server stuck did not start in 1.5s; its tools are not offered"
+
+
+def test_a_slow_start_is_bounded_by_the_start_timeout_not_the_call_timeout() -> None:
+    slow = McpServer(
+        command=[*CALC, "--start-delay", "2"], timeout_seconds=1, start_timeout_seconds=30
+    )
+    pool = McpPool()
+    tools = {"slow__add": Tool(name="slow__add", description="", run=McpCall("slow", slow, "add", pool), schema_json={})}
+    try:
+        assert call(tools, None, "slow__add", a=2, b=3) == "5"
+    finally:
+        pool.close()
 
 
 def test_a_call_to_a_server_that_cannot_start_says_so() -> None:

@@ -71,7 +71,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP")
     parser.add_argument("--hang-at-start", action="store_true")
+    parser.add_argument("--start-delay", type=float, default=0.0, metavar="SECONDS")
     args = parser.parse_args()
+    time.sleep(args.start_delay)
     if args.hang_at_start:
         time.sleep(3600)
     if args.http:

@@ -18,6 +18,8 @@ What the model reads when something goes wrong (``error: …``):
   offered (one warning per process; listing is retried a minute later); at call time:
   ``<server> is not reachable: <why>``;
 * an ``isError`` result: the server's own text;
+* not started (connected and initialized) within ``start_timeout_seconds``:
+  ``<server> did not start in 60s``;
 * no answer within ``timeout_seconds``: ``<server> did not answer in 30s``; the connection
   is reset (a stdio server is stopped) and the next call reconnects;
 * a server that exits during a call: ``<server> closed the connection during the call``;

@@ -36,6 +36,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from bot.config import McpServer
+from bot.supervise import abort
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ class LoopThread:
         """
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
-            return future.result(timeout)
+            with abort.closing(future.cancel):  # a stopped run's call is cancelled at once
+                return future.result(timeout)
         except BaseException:  # our timeout, or RQ's job timeout raised in this thread
             future.cancel()
             raise

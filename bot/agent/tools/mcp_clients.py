@@ -116,8 +116,8 @@ class McpClients:
     async def _list(self, name: str, server: McpServer) -> tuple[types.Tool, ...]:
         key = server_key(name, server)
         try:
+            session = await self._started(key, name, server)
             with anyio.fail_after(server.timeout_seconds):
-                session = await self._session(key, name, server)
                 return await _all_tools(session)
         except BaseException:
             self._reset(key)
@@ -128,8 +128,8 @@ class McpClients:
     ) -> types.CallToolResult:
         key = server_key(name, server)
         try:
+            session = await self._started(key, name, server)
             with anyio.fail_after(server.timeout_seconds):
-                session = await self._session(key, name, server)
                 return await session.call_tool(tool, arguments)
         except MCPError as exc:
             if exc.code != types.CONNECTION_CLOSED:
@@ -139,6 +139,14 @@ class McpClients:
         except Exception as exc:
             self._reset(key)
             raise ToolError(f"{name} {_problem(exc, server)}") from None
+
+    async def _started(self, key: str, name: str, server: McpServer) -> ClientSession:
+        """The server's session, started (and initialized) within ``start_timeout_seconds``."""
+        try:
+            with anyio.fail_after(server.start_timeout_seconds):
+                return await self._session(key, name, server)
+        except TimeoutError:
+            raise NotStarted(server.start_timeout_seconds) from None
 
     async def _session(self, key: str, name: str, server: McpServer) -> ClientSession:
         async with self._locks.setdefault(key, asyncio.Lock()):
@@ -181,8 +189,17 @@ def _no_answer(server: McpServer) -> str:
     return f"did not answer in {server.timeout_seconds:g}s"
 
 
+class NotStarted(Exception):
+    """The server did not start (or answer ``initialize``) within its start timeout."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"did not start in {seconds:g}s")
+
+
 def _problem(exc: BaseException, server: McpServer) -> str:
     """What went wrong, said after the server's name."""
+    if isinstance(exc, NotStarted):
+        return str(exc)
     if isinstance(exc, TimeoutError):
         return _no_answer(server)
     if isinstance(exc, Unreachable):

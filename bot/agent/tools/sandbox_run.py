@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.supervise import abort
+
 WATCH_SECONDS = 0.2
 PIPE_BYTES = 1 << 20  # fewer wake-ups while draining a flood of output
 OUTPUT_KILL_BYTES = 64 << 20
@@ -106,8 +108,9 @@ def run(
             os.close(info_w)
     init = _init_pidfd(info_r, deadline=start + INIT_GRACE_SECONDS) if bwrap else None
     try:
-        return _watch(proc, start=start, timeout=timeout, max_output=max_output, watch=watch,
-                      kill=lambda: _kill(proc, init))  # fmt: skip
+        with abort.closing(lambda: _kill(proc, init)):  # a stopped run's command dies at once
+            return _watch(proc, start=start, timeout=timeout, max_output=max_output,
+                          watch=watch, kill=lambda: _kill(proc, init))  # fmt: skip
     finally:
         if init is not None:
             _await_exit(init)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 from redis import Redis
@@ -17,6 +18,7 @@ from rq.job import Job, JobStatus
 from rq.timeouts import JobTimeoutException
 
 from bot.agent.turn import turn_stopped as commit_turn_stopped
+from bot.agent.turn import turn_timed_out as commit_turn_timed_out
 from bot.config import load_settings
 from bot.deps import Deps
 from bot.runs.finalize import finalize_run
@@ -30,10 +32,11 @@ def _finalize(connection: Redis, run_id: str, status: RunStatus, notes: str) -> 
     return _end(Deps.build(load_settings(), client=connection), run_id, status, notes)
 
 
-def _end(deps: Deps, run_id: str, status: RunStatus, notes: str) -> bool:
+def _end(deps: Deps, run_id: str, status: RunStatus, notes: str, **partial: Any) -> bool:
+    """``partial``: what the run did so far (result, usage, tools), where known."""
     if status is not RunStatus.STOPPED and deps.runs.stop_requested(run_id):
         status, notes = RunStatus.STOPPED, "stopped on request (hard stop)"
-    return finalize_run(deps, run_id, status=status, notes=notes)
+    return finalize_run(deps, run_id, status=status, notes=notes, **partial)
 
 
 def subagent_failed(job: Job, connection: Redis, exc_type: Any, value: Any, tb: Any) -> None:
@@ -71,23 +74,35 @@ def horse_killed(job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
     _finalize(job.connection, run_id, RunStatus.UNKNOWN, f"worker process died (exit {ret_val})")
 
 
-def fence_job(worker: Any, job: Job, queue: Any, execution: Any, deps: Deps) -> None:
-    """End a job whose run did not end after its stop (threads pool, see
-    :mod:`workers.threaded`): RQ's side (``stopped``, its execution gone, its rate-limit slot
-    freed) and fanbot's (the run ended ``stopped``; a turn's closing line posted). The run's
-    thread may still finish later; its own finalizers then find nothing to do."""
+def fence_job(
+    worker: Any, job: Job, execution: Any, deps: Deps, *, timed_out: bool, partial: dict[str, Any]
+) -> None:
+    """End a job whose run did not end after its stop or its hard time limit (``timed_out``)
+    (threads pool, see :mod:`workers.threaded`): RQ's side (``stopped`` or ``failed``, its
+    execution gone, its rate-limit slot freed) and fanbot's (the run ended ``stopped`` or
+    ``timeout``; a turn's closing line posted). The run's thread may still finish later;
+    its own finalizers then find nothing to do."""
     with worker.connection.pipeline() as pipe:
-        job.set_status(JobStatus.STOPPED, pipeline=pipe)
+        job.set_status(JobStatus.FAILED if timed_out else JobStatus.STOPPED, pipeline=pipe)
         worker.cleanup_execution(job, pipeline=pipe, execution=execution)
         pipe.execute()
-    worker._release_slot_safely(job)
+    worker._release_slot_safely(job)  # RQ's own slot release, as on a failure
     if job.origin == SUBAGENTS_QUEUE:
-        note = "stopped on request (it did not end after the stop, so it was fenced)"
-        _end(deps, _run_of(job), RunStatus.STOPPED, note)
+        if timed_out:
+            note = "job time limit reached (hard limit)"
+            _end(deps, _run_of(job), RunStatus.TIMEOUT, note, **partial)
+        else:
+            note = "stopped on request (it did not end after the stop, so it was fenced)"
+            _end(deps, _run_of(job), RunStatus.STOPPED, note, **partial)
         return
     payload = job.args[0] if job.args and isinstance(job.args[0], dict) else None
-    if payload is not None:
-        commit_turn_stopped(deps, TurnJob.model_validate(payload))
+    if payload is None:
+        return
+    turn = TurnJob.model_validate(payload)
+    if timed_out:
+        commit_turn_timed_out(deps, turn)
+    else:
+        commit_turn_stopped(deps, turn)
 
 
 def worker_died(deps: Deps, pid: int) -> list[str]:
@@ -98,12 +113,15 @@ def worker_died(deps: Deps, pid: int) -> list[str]:
     process held up to its concurrency of runs, all ended here. Returns the runs ended."""
     ended: list[str] = []
     try:
-        runs = _current_runs(deps, pid)
-        if not runs or _session_alive(pid):
+        jobs = deps.rq.current_jobs(pid=pid, host=socket.gethostname())
+        if not jobs or _session_alive(pid):
             return []
+        runs = [run for job in jobs if (run := deps.jobs.current_run_id(job)) is not None]
         for run_id in runs:
             if _end(deps, run_id, RunStatus.UNKNOWN, f"worker process died (pid {pid})"):
                 ended.append(run_id)
+        # Its turns too: RQ fails them now, which frees their threads' lanes.
+        deps.rq.abandon_jobs_of_dead_worker(jobs, now=time.time())
     except Exception:  # the reaper still ends them when their heartbeats expire
         log.exception("could not end the runs of dead worker pid %s", pid)
         return ended
@@ -111,13 +129,6 @@ def worker_died(deps: Deps, pid: int) -> list[str]:
         log.warning("worker pid %s died with %d run(s) (%s); ended unknown", pid, len(ended),
                     ", ".join(ended[:5]))  # fmt: skip
     return ended
-
-
-def _current_runs(deps: Deps, pid: int) -> list[str]:
-    """The runs of the RQ worker with ``pid`` on this host (hostname and, where Redis saw
-    one, address: containers may share a hostname and pids)."""
-    jobs = deps.rq.current_jobs(pid=pid, host=socket.gethostname())
-    return [run for job in jobs if (run := deps.jobs.current_run_id(job)) is not None]
 
 
 def _session_alive(sid: int) -> bool:

@@ -37,6 +37,7 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,7 @@ from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.exceptions import DequeueTimeout
 from rq.job import Job
 from rq.queue import Queue
-from rq.timeouts import TimerDeathPenalty
+from rq.timeouts import JobTimeoutException, TimerDeathPenalty
 from rq.utils import now
 from rq.worker.base import BaseWorker, WorkerStatus
 
@@ -66,6 +67,39 @@ CONTROL_TICK_SECONDS = 0.5
 MEMORY_CHECK_SECONDS = 5.0
 
 
+class FairSlots:
+    """A counting semaphore that serves its waiters first come, first served: a dequeuer
+    that gives its slot back (its ``BLMOVE`` found nothing) waits behind the others, so
+    with fewer slots than queues the queues take turns instead of one keeping the slot."""
+
+    def __init__(self, count: int) -> None:
+        self._lock = threading.Lock()
+        self._free = count
+        self._waiting: deque[threading.Event] = deque()
+
+    def acquire(self, timeout: float) -> bool:
+        with self._lock:
+            if self._free and not self._waiting:
+                self._free -= 1
+                return True
+            turn = threading.Event()
+            self._waiting.append(turn)
+        if turn.wait(timeout):
+            return True  # release() handed its slot to this waiter
+        with self._lock:
+            if turn.is_set():
+                return True
+            self._waiting.remove(turn)
+            return False
+
+    def release(self) -> None:
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()
+            else:
+                self._free += 1
+
+
 @dataclass(eq=False)
 class _Run:
     """One execution of this process."""
@@ -76,16 +110,33 @@ class _Run:
     abort: Abort = field(default_factory=Abort)
     thread: threading.Thread | None = None
     stop_at: float | None = None
-    """``time.monotonic()`` of the stop command, if one came."""
+    """``time.monotonic()`` of the stop command (or the time limit), if one came."""
     fenced: bool = False
+
+
+def _time_limit_for(worker: ThreadsWorker) -> type[TimerDeathPenalty]:
+    """RQ's hard job time limit for runs on threads. SIGALRM reaches only the main thread,
+    so the limit raises in the run's thread (RQ's timer death penalty, which reaches Python
+    code only) and aborts the run, which cuts its blocking calls; a run that still has not
+    ended ``stop_grace`` later is fenced ``timeout`` like an overdue stop."""
+
+    class RunTimeLimit(TimerDeathPenalty):
+        def __init__(self, timeout: Any, exception: Any = JobTimeoutException, **kwargs: Any):
+            super().__init__(timeout, exception, **kwargs)  # type: ignore[no-untyped-call]
+            self._job_id = str(kwargs.get("job_id") or "")
+
+        def handle_death_penalty(self) -> None:
+            if self._job_id:
+                worker.time_limit_reached(self._job_id)
+            super().handle_death_penalty()  # type: ignore[no-untyped-call]
+
+    return RunTimeLimit
 
 
 class ThreadsWorker(BaseWorker):
     """An RQ worker that runs up to ``concurrency`` jobs at once on threads (see the module
     docstring). ``work()`` returns when told to stop, when the queues are empty in burst
     mode, or when the process should be recycled (``recycle_reason`` says why)."""
-
-    death_penalty_class = TimerDeathPenalty  # SIGALRM only reaches the main thread
 
     def __init__(
         self,
@@ -98,6 +149,7 @@ class ThreadsWorker(BaseWorker):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.death_penalty_class = _time_limit_for(self)
         self.context = context
         self.concurrency = concurrency
         self.stop_grace = stop_grace
@@ -105,7 +157,7 @@ class ThreadsWorker(BaseWorker):
         self.max_memory_mb = max_memory_mb
         self.recycle_reason = ""
         self.runs_started = 0
-        self._slots = threading.BoundedSemaphore(concurrency)
+        self._slots = FairSlots(concurrency)
         self._lock = threading.Lock()
         self._running: dict[str, _Run] = {}
         self._no_more = threading.Event()
@@ -113,6 +165,8 @@ class ThreadsWorker(BaseWorker):
         self._cold = threading.Event()
         self._shutdown_at: float | None = None
         self._memory_checked = 0.0
+        # Fewer slots than queues: the queues take turns, so each waits less at a time.
+        self._block = DEQUEUE_BLOCK_SECONDS if concurrency >= len(self.queues) else 0.2
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -141,10 +195,8 @@ class ThreadsWorker(BaseWorker):
                 self._fence_overdue()
                 self._check_recycle()
                 self._stop_after_shutdown_grace()
-                taking = any(t.is_alive() for t in dequeuers)
+                taking = any(t.is_alive() for t in dequeuers)  # each ends within a second
                 if not taking and not self._running_runs():
-                    break
-                if self._no_more.is_set() and not self._running_runs():
                     break
         finally:
             self._no_more.set()
@@ -160,36 +212,61 @@ class ThreadsWorker(BaseWorker):
         while not self._no_more.is_set():
             if not self._slots.acquire(timeout=CONTROL_TICK_SECONDS):
                 continue
+            if not self._reserve():
+                self._slots.release()
+                return
             try:
                 found = self._pop(queue, burst)
                 wait = 1.0
             except (RedisConnectionError, RedisTimeoutError) as exc:
+                self._unreserve()
                 self._slots.release()
                 log.error("cannot reach Redis (%s); retrying in %.0f s", exc, wait)
                 time.sleep(wait)
                 wait = min(wait * 2, 30.0)
                 continue
             except Exception:
+                self._unreserve()
                 self._slots.release()
                 log.exception("dequeue from %s failed", queue.name)
                 time.sleep(1.0)
                 continue
             if found is None:
+                self._unreserve()
                 self._slots.release()
                 if burst:
                     return
                 continue
+            if self._no_more.is_set():  # popped while draining: another process takes it
+                self._give_back(*found)
+                self._unreserve()
+                self._slots.release()
+                return
             try:
                 self._start(*found)
             except Exception:
                 self._slots.release()
                 log.exception("could not start job %s", found[0].id)
 
+    def _reserve(self) -> bool:
+        """Count a run about to be taken; False once ``max_runs`` are (recycle)."""
+        with self._lock:
+            if self.max_runs and self.runs_started >= self.max_runs:
+                return False
+            self.runs_started += 1
+            return True
+
+    def _unreserve(self) -> None:
+        with self._lock:
+            self.runs_started -= 1
+
     def _pop(self, queue: Queue, burst: bool) -> tuple[Job, Queue] | None:
         """One job from ``queue`` through its intermediate list, or None."""
         try:
             popped = self.queue_class.lmove(
-                self.connection, queue.key, None if burst else DEQUEUE_BLOCK_SECONDS
+                self.connection,
+                queue.key,
+                None if burst else self._block,  # type: ignore[arg-type]
             )
         except DequeueTimeout:
             return None
@@ -206,6 +283,13 @@ class ThreadsWorker(BaseWorker):
             death_penalty_class=self.death_penalty_class,
         )
 
+    def _give_back(self, job: Job, queue: Queue) -> None:
+        """Put a popped job back at the head of its queue, out of the intermediate list."""
+        with self.connection.pipeline() as pipe:
+            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            pipe.lpush(queue.key, job.id)
+            pipe.execute()
+
     def _start(self, job: Job, queue: Queue) -> None:
         """Register ``job``'s execution (the worker goes busy) and start its thread."""
         job.redis_server_version = self.get_redis_server_version()  # type: ignore[no-untyped-call]
@@ -214,7 +298,6 @@ class ThreadsWorker(BaseWorker):
             execution = self.prepare_execution(job)
             run = _Run(job=job, queue=queue, execution=execution)
             self._running[job.id] = run
-            self.runs_started += 1
         run.thread = threading.Thread(
             target=self._perform, args=(run,), name=f"run-{job.id[:12]}", daemon=True
         )
@@ -304,7 +387,11 @@ class ThreadsWorker(BaseWorker):
         else:
             handle_command(self, payload)
 
-    def abort_job(self, job_id: str, reason: str) -> bool:
+    def time_limit_reached(self, job_id: str) -> None:
+        """RQ's hard time limit of ``job_id`` passed (see :func:`_time_limit_for`)."""
+        self.abort_job(job_id, "job time limit reached (hard limit)", timed_out=True)
+
+    def abort_job(self, job_id: str, reason: str, *, timed_out: bool = False) -> bool:
         """Abort the run executing ``job_id`` here; False if none does."""
         run = self._running.get(job_id)
         if run is None:
@@ -312,7 +399,7 @@ class ThreadsWorker(BaseWorker):
             return False
         if run.stop_at is None:
             run.stop_at = time.monotonic()
-        cut = run.abort.abort(reason)
+        cut = run.abort.abort(reason, timed_out=timed_out)
         log.info("job %s: %s (%d blocking call(s) cut)", job_id, reason, cut)
         return True
 
@@ -335,7 +422,8 @@ class ThreadsWorker(BaseWorker):
                 self.stop_grace,
             )
             try:
-                fence_job(self, run.job, run.queue, run.execution, self.context.deps)
+                fence_job(self, run.job, run.execution, self.context.deps,
+                          timed_out=run.abort.timed_out, partial=run.abort.partial())  # fmt: skip
             except Exception:
                 log.exception("could not fence job %s", run.job.id)
             with self._lock:

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import openai
-from rq.timeouts import BaseTimeoutException
+from rq.timeouts import BaseTimeoutException, JobTimeoutException
 
 from bot.agent import policy
 from bot.agent.completion import ChatModel
@@ -50,6 +50,7 @@ FAN_IN_ON = (
 )
 FAN_IN_OFF = "Each subagent announces its result in this thread by itself; do not repeat it."
 STOPPED_IN_MODEL_CALL = f"{Icon.STOPPED} Stopped while waiting for the model."
+TOOK_TOO_LONG = f"{Icon.TIMED_OUT} That took too long, so I stopped."
 
 
 def main_agent_tools(
@@ -127,7 +128,19 @@ def _seal(deps: Deps, plan: JoinPlan | None) -> None:
 def turn_stopped(deps: Deps, job: TurnJob) -> None:
     """The turn was hard-stopped (``/stop`` while it waited for the model): say so in the
     thread, in place of the answer it would have given (same idempotency key)."""
-    _commit(deps, job, ThreadRef.from_json(job.thread), None, STOPPED_IN_MODEL_CALL)
+    _close(deps, job, STOPPED_IN_MODEL_CALL)
+
+
+def turn_timed_out(deps: Deps, job: TurnJob) -> None:
+    """The turn reached its hard time limit and did not end (threads pool, fenced): say so
+    in the thread, in place of the answer it would have given (same idempotency key)."""
+    _close(deps, job, TOOK_TOO_LONG)
+
+
+def _close(deps: Deps, job: TurnJob, text: str) -> None:
+    """Post ``text`` as the answer of a turn that could not post its own, and seal its
+    fan-in."""
+    _commit(deps, job, ThreadRef.from_json(job.thread), None, text)
     plan = plan_join(deps.settings, job)
     if plan is not None:
         seal_join(deps, plan.join_id)
@@ -169,13 +182,13 @@ def _answer(
     except RunInterrupted:
         return _with_spawns("Stopped.", ctx)
     except abort.Aborted:  # threads pool: a hard stop before the model call
-        return _with_spawns(STOPPED_IN_MODEL_CALL, ctx)
+        return _aborted(deps, job, ctx)
     except BaseTimeoutException:
-        _commit(deps, job, ctx.thread, None, f"{Icon.TIMED_OUT} That took too long, so I stopped.")
+        _commit(deps, job, ctx.thread, None, TOOK_TOO_LONG)
         raise
     except openai.APIError as exc:
         if abort.aborted():  # threads pool: a hard stop cut the model call
-            return _with_spawns(STOPPED_IN_MODEL_CALL, ctx)
+            return _aborted(deps, job, ctx)
         log.warning("turn in %s failed: %s", job.session_key, type(exc).__name__)
         why = _short_error(exc, model, agent.model or deps.settings.openai.model)
         return _with_spawns(f"{Icon.WARNING} The model call failed: {why}.", ctx)
@@ -183,6 +196,16 @@ def _answer(
     if not result.complete:
         text += f"\n\n_(stopped after {meter.steps} steps)_"
     return text
+
+
+def _aborted(deps: Deps, job: TurnJob, ctx: ToolContext) -> str:
+    """The turn's answer when its run was aborted (threads pool): stopped; or, at the job's
+    hard time limit, the timeout line, and the limit is raised on as RQ's own would be."""
+    current = abort.current()
+    if current is not None and current.timed_out:
+        _commit(deps, job, ctx.thread, None, TOOK_TOO_LONG)
+        raise JobTimeoutException(current.reason)
+    return _with_spawns(STOPPED_IN_MODEL_CALL, ctx)
 
 
 def _with_spawns(text: str, ctx: ToolContext) -> str:

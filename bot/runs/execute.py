@@ -15,7 +15,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from rq.timeouts import BaseTimeoutException
+from rq.timeouts import BaseTimeoutException, JobTimeoutException
 
 from bot.deps import Deps
 from bot.errors import (
@@ -73,6 +73,13 @@ def execute_run(
     if not start.started:
         return record.status.value
     meter = Meter(usage=record.usage)  # a resumed run goes on counting
+    current = abort.current()
+    if current is not None:  # threads pool: a fence ends the run with what it did so far
+        current.partial = lambda: {
+            "result": meter.last_text or None,
+            "usage": meter.usage,
+            "tools": meter.tool_calls,
+        }
     with stall_watch(deps, record, meter) as watch:
         try:
             status, text, notes = _drive(deps, record, watch.guard(body), meter, start)
@@ -104,10 +111,15 @@ def _drive(
             result = body(record, control=_control(deps, record, meter, start), meter=meter)
         except Exception as exc:
             # An aborted run (threads pool: its model call cut, its command killed) ends by
-            # whatever that raised in it; it was stopped, whatever the exception says.
-            if abort.aborted() and not isinstance(exc, RunParked):
-                raise RunStopped("stop requested") from exc
-            raise
+            # whatever that raised in it; it was stopped (or timed out), whatever that says.
+            current = abort.current()
+            if current is None or not current.aborted:
+                raise
+            if isinstance(exc, RunParked | BaseTimeoutException):
+                raise
+            if current.timed_out:
+                raise JobTimeoutException(current.reason) from exc
+            raise RunStopped("stop requested") from exc
     except RunStopped:
         return RunStatus.STOPPED, meter.last_text, f"stopped on request {steps()}"
     except RunStalled as exc:

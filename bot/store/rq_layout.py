@@ -280,6 +280,20 @@ class RqLayout:
         """Free ``job_id``'s slot in the RQ lane ``lane`` and let the next through."""
         RateLimitRegistry(lane, self.redis).release_stale_and_enqueue(job_id)
 
+    def abandon_jobs_of_dead_worker(self, jobs: list[Job], *, now: float) -> None:
+        """The process executing ``jobs`` is dead: move their executions' heartbeat
+        deadlines to the past and let RQ fail them now (:meth:`abandon_started`), rather
+        than when the deadlines pass (assumption 6)."""
+        if not jobs:
+            return
+        with self.redis.pipeline() as pipe:
+            for job in jobs:
+                for execution in self._executions(job):
+                    pipe.zadd(job.started_job_registry.key, {execution.composite_key: 0}, xx=True)
+            pipe.execute()
+        for origin in sorted({job.origin for job in jobs}):
+            self.abandon_started(origin, now=now)
+
     def abandon_started(self, origin: str, *, now: float) -> None:
         """Let RQ fail the ``started`` jobs of queue ``origin`` whose heartbeat deadline
         passed (``AbandonedJobError``), which frees their slots (assumption 6)."""

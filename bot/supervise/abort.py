@@ -18,6 +18,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,11 @@ class Abort:
         self._closers: dict[int, Closer] = {}
         self._next = 0
         self.reason = ""
+        self.timed_out = False
+        """Aborted by the job's hard time limit rather than a stop."""
+        self.partial: Callable[[], dict[str, Any]] = dict
+        """What the run has done so far (its finalize's keyword arguments: result, usage,
+        tools), for whoever ends it from outside when it cannot (a fence)."""
 
     @property
     def aborted(self) -> bool:
@@ -49,12 +55,14 @@ class Abort:
         """Sleep up to ``timeout`` seconds, waking at once on an abort; True if aborted."""
         return self._event.wait(timeout)
 
-    def abort(self, reason: str) -> int:
-        """Set the flag and cut short what the run blocks on; returns the closers called."""
+    def abort(self, reason: str, *, timed_out: bool = False) -> int:
+        """Set the flag and cut short what the run blocks on; returns the closers called.
+        ``timed_out``: the job's hard time limit, not a stop, ends the run."""
         with self._lock:
             if self._event.is_set():
                 return 0
             self.reason = reason
+            self.timed_out = timed_out
             self._event.set()
             closers = list(self._closers.values())
             self._closers.clear()

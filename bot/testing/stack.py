@@ -107,6 +107,32 @@ class WorkerPool:
         except psutil.NoSuchProcess:
             return []
 
+    @property
+    def threads(self) -> bool:
+        """Whether the workers run in the threads pool (``FANBOT_WORKERS`` in ``env``)."""
+        return bool(json.loads(self.env.get("FANBOT_WORKERS") or "{}").get("pool") == "threads")
+
+    def run_pids(self) -> list[int]:
+        """PIDs of the processes executing jobs now: the work horses in the fork pool, the
+        worker processes with an RQ execution in the threads pool. Killing one kills what
+        it runs (in the threads pool, every run of that process)."""
+        if not self.threads:
+            return self.horse_pids()
+        from rq import Worker
+
+        from bot.redis.connect import connect
+
+        mine = set(self.worker_pids())
+        client = connect(self.env["FANBOT_REDIS_URL"])
+        try:
+            return sorted(
+                w.pid
+                for w in Worker.all(connection=client)
+                if w.pid in mine and w.get_current_executions(refresh=True)
+            )
+        finally:
+            client.close()
+
     def horse_pids(self) -> list[int]:
         """PIDs of the work horses (one per job being executed)."""
         import psutil

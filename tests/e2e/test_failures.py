@@ -122,7 +122,7 @@ async def _run_until_running(stack: Stack, channel: MemoryChannel, redis_url: st
         return record is not None and record.status is RunStatus.RUNNING
 
     await stack.wait_for(running, timeout=30)
-    await stack.wait_for(lambda: bool(stack.pool.horse_pids()), timeout=10)
+    await stack.wait_for(lambda: bool(stack.pool.run_pids()), timeout=10)
     record = only_run(registry)
     assert record is not None
     return record
@@ -161,7 +161,7 @@ async def test_sigkilled_work_horse_ends_unknown_via_the_horse_handler(redis_url
         values = stack_values(redis_url, fake.base_url, subagents={"stale_after_seconds": 60})
         async with Stack(values=values, adapters=[channel], workers=1) as stack:
             await _run_until_running(stack, channel, redis_url)
-            for pid in stack.pool.horse_pids():
+            for pid in stack.pool.run_pids():
                 os.kill(pid, signal.SIGKILL)
             await stack.wait_for(lambda: len(channel.announces) == 1, timeout=20)
     text = channel.announces[0].text

@@ -133,7 +133,12 @@ async def test_one_continuation_after_success_error_stop_and_a_killed_worker(
     model = fan_out(["ok", "fail", "hang", "die"], subagent)
     async with FakeOpenAI(model, models=["fake-model"]) as fake:
         channel = MemoryChannel()
-        values = fan_in_values(redis_url, fake.base_url, subagents={"stale_after_seconds": 60})
+        values = fan_in_values(
+            redis_url,
+            fake.base_url,
+            subagents={"stale_after_seconds": 60},
+            workers={"concurrency": 1},  # threads pool: killing a process kills one run
+        )
         registry = RunsRegistry(redis=redis.Redis.from_url(redis_url), keys=Keys())
         async with Stack(values=values, adapters=[channel], workers=4) as stack:
             await channel.say("four things")
@@ -142,8 +147,8 @@ async def test_one_continuation_after_success_error_stop_and_a_killed_worker(
             def hanging() -> list[int]:
                 return [r.seq for r in registry.all() if r.status is RunStatus.RUNNING]
 
-            await stack.wait_for(lambda: len(hanging()) == 2 and len(stack.pool.horse_pids()) == 2)
-            os.kill(stack.pool.horse_pids()[0], signal.SIGKILL)
+            await stack.wait_for(lambda: len(hanging()) == 2 and len(stack.pool.run_pids()) == 2)
+            os.kill(stack.pool.run_pids()[0], signal.SIGKILL)
             await stack.wait_for(lambda: len(hanging()) == 1, timeout=20)
             await channel.say(f"/subagents stop {hanging()[0]}")
             await stack.wait_for(lambda: len(synthesis(channel)) == 1, timeout=40)

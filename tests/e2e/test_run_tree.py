@@ -152,7 +152,7 @@ async def test_a_killed_child_under_a_depth_two_parent_is_reported_up_the_tree(
         async with Stack(values=vals, adapters=[channel], workers=3) as stack:
             await channel.say("build it")
             await stack.wait_for(lambda: fake.in_flight == 1, timeout=60)
-            [horse] = stack.pool.horse_pids()  # the leaf's: both leads are parked
+            [horse] = stack.pool.run_pids()  # the leaf's: both leads are parked
             os.kill(horse, signal.SIGKILL)
             await stack.wait_for(lambda: len(channel.announces) == 1, timeout=30)
     records = by_label(runs)

@@ -98,7 +98,7 @@ async def test_stop_ends_a_compiled_run_that_never_yields(redis_url: str) -> Non
         values = stack_values(redis_url, fake.base_url, subagent_types=TYPES)
         async with Stack(values=values, adapters=[channel], workers=1) as stack:
             await channel.say("go")
-            await stack.wait_for(lambda: bool(stack.pool.horse_pids()), timeout=30)
+            await stack.wait_for(lambda: bool(stack.pool.run_pids()), timeout=30)
             await stack.wait_for(lambda: len(channel.replies) == 1, timeout=30)
             await channel.say("/subagents stop 1")
             await stack.wait_for(lambda: len(channel.announces) == 1, timeout=20)

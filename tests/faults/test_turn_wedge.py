@@ -305,6 +305,10 @@ async def post_under_fire(channel: MemoryChannel, chaos: Chaos) -> list[str]:
             texts.append(text)
             say = functools.partial(channel.say, text, thread=thread)
             how = chaos.rng.choice(["kill listeners", "kill busy", "none", "none"])
+            if how == "kill busy" and chaos.pool.threads:
+                # A threads-pool worker is its turns' process: killing it loses them (until
+                # resume); only the fork pool's horse finishes alone.
+                how = "none"
             if how == "kill listeners":
                 await chaos.kill_listeners_while(thread, say)
             elif how == "kill busy":
@@ -340,7 +344,8 @@ async def test_killing_workers_while_messages_arrive_wedges_no_thread(
     client.close()
 
     print(f"kills: {dict(chaos.kills)}; lost turns requeued: {requeued}")
-    assert chaos.kills["listening"] >= 5 and chaos.kills["busy"] >= 1, chaos.kills
+    assert chaos.kills["listening"] >= 5, chaos.kills
+    assert chaos.kills["busy"] >= 1 or stack.pool.threads, chaos.kills
     assert requeued >= 1, "no kill lost a turn: this run did not exercise the bug"
     replies = outbox_replies(redis_url)
     assert set(replies.values()) == {1}, replies  # no turn ran twice ...

@@ -73,7 +73,7 @@ async def test_sigkilled_host_ends_unknown_within_30s_and_the_queued_run_gets_th
                 await channel.say("go")
                 pools = [stack.pool, other]
                 await stack.wait_for(lambda: running(redis_url), timeout=20)
-                victim = next(p for p in pools if p.horse_pids())
+                victim = next(p for p in pools if p.run_pids())
                 survivor = other if victim is stack.pool else stack.pool
                 assert statuses(redis_url) == {
                     "first": RunStatus.RUNNING, "second": RunStatus.QUEUED,
@@ -148,10 +148,15 @@ async def test_sigterm_past_the_grace_stops_the_run_cleanly(redis_url: str) -> N
     print(f"SIGTERM past the grace -> stopped and the launcher exited in {stopped_in:.1f}s")
 
 
-def _worker_running_the_run(pool: WorkerPool) -> tuple[int, int]:
-    """``(worker pid, horse pid)`` of the one worker executing a job."""
+def _worker_running_the_run(pool: WorkerPool) -> tuple[int, int | None]:
+    """``(worker pid, horse pid)`` of the one worker executing a job (no horse in the
+    threads pool: the worker runs it)."""
     import psutil
 
+    if pool.threads:
+        running = pool.run_pids()
+        if running:
+            return running[0], None
     for pid in pool.worker_pids():
         horses = psutil.Process(pid).children()
         if horses:
@@ -172,7 +177,8 @@ async def test_sigkilled_worker_and_horse_on_a_live_host_end_unknown_by_the_laun
             await channel.say("go")
             await stack.wait_for(lambda: running(redis_url), timeout=20)
             worker, horse = _worker_running_the_run(stack.pool)
-            os.kill(horse, signal.SIGKILL)
+            if horse is not None:
+                os.kill(horse, signal.SIGKILL)
             os.kill(worker, signal.SIGKILL)
             await stack.wait_for(lambda: len(channel.announces) == 1, timeout=30)
             launcher = stack.pool.launcher
@@ -184,12 +190,13 @@ async def test_sigkilled_worker_and_horse_on_a_live_host_end_unknown_by_the_laun
 
 
 async def test_sigkilled_worker_whose_horse_lives_on_lets_the_run_finish(redis_url: str) -> None:
-    """Only the worker process dies: its horse still runs the run, so nobody ends it early."""
+    """Only the worker process dies: its horse still runs the run, so nobody ends it early
+    (the fork pool's: in the threads pool the worker is the run's process)."""
     model = spawner(["outlive"], lambda r: Text("finished by the orphan", delay=3))
     async with FakeOpenAI(model, models=["fake-model"]) as fake:
         channel = MemoryChannel()
         values = stack_values(redis_url, fake.base_url, subagents=DEFAULT_TIMERS)
-        async with Stack(values=values, adapters=[channel], workers=1) as stack:
+        async with Stack(values=values, adapters=[channel], workers=1, pool="fork") as stack:
             await channel.say("go")
             await stack.wait_for(lambda: running(redis_url), timeout=20)
             worker, _horse = _worker_running_the_run(stack.pool)

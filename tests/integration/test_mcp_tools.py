@@ -176,7 +176,11 @@ def test_a_slow_start_is_bounded_by_the_start_timeout_not_the_call_timeout() -> 
         command=[*CALC, "--start-delay", "2"], timeout_seconds=1, start_timeout_seconds=30
     )
     pool = McpPool()
-    tools = {"slow__add": Tool(name="slow__add", description="", run=McpCall("slow", slow, "add", pool), schema_json={})}
+    tools = {
+        "slow__add": Tool(
+            name="slow__add", description="", run=McpCall("slow", slow, "add", pool), schema_json={}
+        )
+    }
     try:
         assert call(tools, None, "slow__add", a=2, b=3) == "5"
     finally:

@@ -445,6 +445,13 @@ class WebSettings(_Section):
         20.0, gt=0, le=600, description="The whole fetch: every redirect, the body included."
     )
     max_redirects: int = Field(5, ge=0, le=10)
+    parse_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="threads pool: turning one fetched page or PDF into text (in a helper "
+        "process) is cut off after this.",
+    )
     max_chars: int = Field(
         100_000, ge=1_000, le=1_000_000, description="The most a call may ask for (max_chars)."
     )

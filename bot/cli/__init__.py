@@ -8,8 +8,33 @@ adapters exist (the console builds its terminal channel itself); :mod:`~bot.cli.
 and :mod:`~bot.cli.doctor` check a configuration, :mod:`~bot.cli.operator_deps` builds the
 stores a one-shot command uses, and :mod:`~bot.cli.command_group` makes every typer group
 alike.
+
+Importing this package imports nothing else: the ``fanbot`` console script imports it, and
+Python runs that script again in every process it *spawns* (a worker's parser helpers,
+:mod:`bot.supervise.procpool`), which must stay small. :func:`main` and ``app`` load
+:mod:`~bot.cli.root` when used.
 """
 
-from bot.cli.root import app, main
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bot.cli.root import app
 
 __all__ = ["app", "main"]
+
+
+def main() -> None:
+    """``fanbot``: run the command line."""
+    from bot.cli.root import main as run
+
+    run()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from bot.cli.root import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,18 +3,24 @@
 HTML becomes markdown of the page's main content (trafilatura drops navigation, footers
 and boilerplate), a PDF its text (pypdf), and text, JSON or XML stays as it is. Anything
 else (images, archives) is refused with a short reason rather than shown as noise.
+
+The parsing (:mod:`bot.text.pages`) is CPU-bound Python. In a threads-pool run, whose
+process other runs share, it runs in this process's helper processes (:data:`PARSERS`, a
+:class:`~bot.supervise.procpool.ProcessPool`), cut off after ``web.parse_timeout_seconds``;
+elsewhere (the fork pool's work horse is a process of the run's own, a test) it runs here.
 """
 
 from __future__ import annotations
 
 import codecs
-import io
+from collections.abc import Callable
+from functools import partial
 from typing import Literal
 
-import pypdf
-from pypdf.errors import PyPdfError
-
 from bot.errors import ToolError
+from bot.supervise import abort
+from bot.supervise.procpool import HelperFailed, ProcessPool
+from bot.text.pages import html_to_markdown, pdf_to_text
 
 Kind = Literal["html", "pdf", "text", "binary"]
 
@@ -25,6 +31,10 @@ _TEXT = frozenset(
     | {"application/x-yaml", "application/yaml", "application/toml", "application/sql"}
 )
 _UNLABELLED = frozenset({"", "application/octet-stream", "binary/octet-stream"})
+
+PARSE_TIMEOUT_SECONDS = 30.0
+PARSERS = ProcessPool(name="parser", processes=2)
+"""This process's helper processes for parsing (none until a threads-pool run parses)."""
 
 
 def kind_of(body: bytes, content_type: str) -> Kind:
@@ -55,7 +65,14 @@ def _looks_like_text(head: bytes) -> bool:
 
 
 def readable(
-    body: bytes, *, content_type: str, charset: str | None, url: str, complete: bool, budget: int
+    body: bytes,
+    *,
+    content_type: str,
+    charset: str | None,
+    url: str,
+    complete: bool,
+    budget: int,
+    timeout: float = PARSE_TIMEOUT_SECONDS,
 ) -> tuple[Kind, str]:
     """``body`` as text, and what it was.
 
@@ -66,19 +83,22 @@ def readable(
         url: Where it came from (resolves relative links in HTML).
         complete: False when the body was cut (a cut PDF cannot be read).
         budget: Characters the caller will keep; longer PDFs are not read further.
+        timeout: Seconds the parsing may take in a helper process (see the module docstring).
 
     Raises:
-        ToolError: Binary content, or a PDF that cannot be read.
+        ToolError: Binary content, a PDF that cannot be read, or parsing that took longer
+            than ``timeout`` or whose helper process died.
     """
     kind = kind_of(body, content_type)
     if kind == "html":
-        return kind, html_to_markdown(body.decode(charset, "replace") if charset else body, url)
+        html = body.decode(charset, "replace") if charset else body
+        return kind, _parse(partial(html_to_markdown, html, url), "page", timeout)
     if kind == "pdf":
         if not complete:
             raise ToolError(
                 f"refused: the PDF is larger than the download limit ({len(body):,} bytes)"
             )
-        return kind, pdf_to_text(body, budget=budget)
+        return kind, _parse(partial(pdf_to_text, body, budget=budget), "PDF", timeout)
     if kind == "text":
         return kind, body.decode(_codec(charset), "replace")
     mime = content_type.partition(";")[0].strip() or "unlabelled"
@@ -92,57 +112,11 @@ def _codec(charset: str | None) -> str:
         return "utf-8"
 
 
-def html_to_markdown(html: str | bytes, url: str) -> str:
-    """Markdown of the page's main content, titled; all visible text when none is found.
-
-    Bytes are decoded by trafilatura, which reads the page's own ``<meta charset>``.
-    """
-    # Imported here: it costs ~0.15 s and must never keep a worker from starting.
-    import trafilatura
-
-    tree = trafilatura.load_html(html)
-    if tree is None:  # trafilatura refuses fragments without <html>; some servers send them
-        tree = trafilatura.load_html(_as_document(html))
-    if tree is None:
-        return ""
-    title = " ".join((tree.findtext(".//title") or "").split())
-    text = trafilatura.extract(
-        tree,
-        url=url,
-        output_format="markdown",
-        include_links=True,
-        include_formatting=True,
-        include_tables=True,
-    )
-    text = str(text or trafilatura.html2txt(tree) or "").strip()
-    if title and not text.startswith("#"):
-        text = f"# {title}\n\n{text}"
-    return text
-
-
-def _as_document(html: str | bytes) -> str | bytes:
-    if isinstance(html, bytes):
-        return b"<html><body>" + html + b"</body></html>"
-    return "<html><body>" + html + "</body></html>"
-
-
-def pdf_to_text(body: bytes, *, budget: int) -> str:
-    """The PDF's text, page by page, stopping once ``budget`` characters are read."""
+def _parse(work: Callable[[], str], what: str, timeout: float) -> str:
+    """``work()`` in a helper process in a threads-pool run, else here."""
+    if abort.current() is None:
+        return work()
     try:
-        reader = pypdf.PdfReader(io.BytesIO(body))
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise ToolError("refused: the PDF is password-protected")
-        pages, size = [], 0
-        for page in reader.pages:
-            text = page.extract_text() or ""
-            pages.append(text.strip())
-            size += len(text)
-            if size >= budget:
-                break
-        total = len(reader.pages)
-    except PyPdfError as exc:
-        raise ToolError(f"not a readable PDF: {exc}") from None
-    text = "\n\n".join(p for p in pages if p)
-    if not text:
-        return f"(a PDF of {total} pages without extractable text: scanned images, perhaps)"
-    return f"(PDF, {total} pages)\n\n{text}"
+        return PARSERS.call(work, timeout=timeout)
+    except HelperFailed as exc:
+        raise ToolError(f"could not read the {what}: {exc}") from None

@@ -64,7 +64,9 @@ def web_tools(
             "content, PDF as text, text and JSON as they are). Private and local addresses "
             "are refused.",
             args=WebFetchArgs,
-            run=partial(_web_fetch, fetcher, fetch_cap(settings)),
+            run=partial(
+                _web_fetch, fetcher, fetch_cap(settings), settings.web.parse_timeout_seconds
+            ),
         )
     ]
     if settings.search.configured:
@@ -92,7 +94,9 @@ def fetch_cap(settings: Settings) -> int:
     return max(100, min(settings.web.max_chars, room))
 
 
-def _web_fetch(fetcher: Fetcher, cap: int, ctx: ToolContext, args: WebFetchArgs) -> str:
+def _web_fetch(
+    fetcher: Fetcher, cap: int, parse_timeout: float, ctx: ToolContext, args: WebFetchArgs
+) -> str:
     limit = min(args.max_chars or DEFAULT_FETCH_CHARS, cap)
     page = fetcher.fetch(args.url)
     kind, text = readable(
@@ -102,6 +106,7 @@ def _web_fetch(fetcher: Fetcher, cap: int, ctx: ToolContext, args: WebFetchArgs)
         url=page.url,
         complete=page.complete,
         budget=args.start + limit,
+        timeout=parse_timeout,
     )
     return _header(page, kind) + "\n\n" + (_window(text.strip(), args.start, limit) or "(no text)")
 

@@ -93,3 +93,11 @@ def langchain_messages(state: State) -> State:
 
 
 not_callable = 42
+
+
+def spin(state: State) -> State:
+    """Busy in pure Python until :data:`RELEASE` is set (a CPU-bound runnable)."""
+    n = 0
+    while not RELEASE.is_set():
+        n += 1
+    return _answer(state, f"spun {n}")

@@ -53,10 +53,12 @@ from rq.timeouts import JobTimeoutException, TimerDeathPenalty
 from rq.utils import now
 from rq.worker.base import BaseWorker, WorkerStatus
 
+from bot.agent.tools.extract import PARSERS
 from bot.runs.stop import stop_run
 from bot.supervise.abort import Abort, running
 from workers.callbacks import fence_job
 from workers.context import WorkerContext, serving
+from workers.hog_watch import HogWatch
 
 log = logging.getLogger("fanbot.worker")
 
@@ -151,6 +153,7 @@ class ThreadsWorker(BaseWorker):
         super().__init__(*args, **kwargs)
         self.death_penalty_class = _time_limit_for(self)
         self.context = context
+        self._hogs = HogWatch(context.deps)
         self.concurrency = concurrency
         self.stop_grace = stop_grace
         self.max_runs = max_runs
@@ -193,6 +196,7 @@ class ThreadsWorker(BaseWorker):
                     self.heartbeat_all()
                     next_beat = time.monotonic() + self.job_monitoring_interval
                 self._fence_overdue()
+                self._hogs.tick_runs(self._running_runs())  # a run that holds the process
                 self._check_recycle()
                 self._stop_after_shutdown_grace()
                 taking = any(t.is_alive() for t in dequeuers)  # each ends within a second
@@ -201,6 +205,7 @@ class ThreadsWorker(BaseWorker):
         finally:
             self._no_more.set()
             self._abort_all("the worker stopped")
+            PARSERS.shutdown()  # its helper processes (forked workers end in os._exit)
             for thread in dequeuers:
                 thread.join(DEQUEUE_BLOCK_SECONDS + 2)
             self.teardown()  # type: ignore[no-untyped-call]

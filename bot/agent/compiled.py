@@ -16,11 +16,18 @@ become dicts for the transcript and the result, and an ``AIMessage``'s ``usage_m
 counts as the run's tokens. A state without ``messages`` at the end is an ``error`` run
 whose notes state the contract.
 
-The runnable runs in a daemon thread. The run's own thread waits for its states and checks
-the stop flag and the soft deadline every :data:`POLL_SECONDS`, so a runnable that never
-yields is still stopped or timed out: the run ends at once and the work horse's exit ends
-the thread (an async runnable is also cancelled). RQ's hard timeout interrupts the wait
-like any job. A compiled run cannot be steered: ``/subagents send`` messages wait unread.
+In the fork pool the runnable runs in a daemon thread. The run's own thread waits for its
+states and checks the stop flag and the soft deadline every :data:`POLL_SECONDS`, so a
+runnable that never yields is still stopped or timed out: the run ends at once and the
+work horse's exit ends the thread (an async runnable is also cancelled). RQ's hard timeout
+interrupts the wait like any job.
+
+In the threads pool (docs/architecture.md, "Worker pools") many runs share the process, so a
+thread left behind would live on: the runnable runs in its run's own thread instead (the
+hog watch then sees its CPU). The stop flag and the soft deadline are checked between its
+states, a stop interrupts it in its thread, RQ's hard limit too; one stuck in a blocking
+call is fenced, and its process replaced. A compiled run cannot be steered:
+``/subagents send`` messages wait unread.
 """
 
 from __future__ import annotations
@@ -37,12 +44,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from dataclasses import dataclass, field
 from typing import Any
 
+from rq.timeouts import BaseTimeoutException
+
 from bot.agent.subagent import start_messages
 from bot.agent.subagent_types import subagent_types
 from bot.config import Settings
 from bot.deps import Deps
-from bot.errors import RunFailed
+from bot.errors import RunFailed, RunInterrupted
 from bot.steps import LoopControl, LoopResult, Message, Meter
+from bot.supervise import abort
 from bot.types import RunRecord, Usage
 
 POLL_SECONDS = 0.2
@@ -99,8 +109,14 @@ class CompiledBody:
         target = load_runnable(ref)
         messages = start_messages(self.deps, record, system=None)
         tracker = _Tracker(seen=len(messages), last=messages[-1] if messages else None)
-        feed = _Feed.start(target, {"messages": [dict(m) for m in messages]}, ref=ref)
+        payload = {"messages": [dict(m) for m in messages]}
         final: Any = None
+        if abort.current() is not None:  # threads pool: in this thread (module docstring)
+            for state in _states_here(target, payload, ref=ref, checkpoint=control.checkpoint):
+                final = state
+                tracker.take(state, control=control, meter=meter)
+            return LoopResult(text=result_text(final, ref=ref), complete=True)
+        feed = _Feed.start(target, payload, ref=ref)
         try:
             for state in feed.states(control.checkpoint):
                 final = state
@@ -251,6 +267,45 @@ def _values_mode(method: Callable[..., Any]) -> dict[str, str]:
     except (TypeError, ValueError):
         takes = False
     return {"stream_mode": "values"} if takes else {}
+
+
+def _states_here(
+    target: Any, payload: dict[str, Any], *, ref: str, checkpoint: Callable[[], None]
+) -> Iterator[Any]:
+    """The runnable's states, produced in this thread (the threads pool's: the run's own
+    thread, so its CPU is the run's, and nothing of it outlives the run). The stop flag and
+    the soft deadline are checked between states; an abort interrupts the runnable itself
+    (:func:`bot.supervise.abort.interrupting`)."""
+    checkpoint()
+    with abort.interrupting():
+        try:
+            states = open_states(target, payload, ref=ref)
+            if isinstance(states, AsyncIterator) or inspect.isasyncgen(states):
+                states = _drive_async(states)
+            for state in states:
+                yield state
+                checkpoint()
+        except (RunInterrupted, abort.Aborted):
+            raise
+        except BaseTimeoutException:
+            raise
+        except BaseException as exc:  # everything the runnable raises ends the run
+            raise _failure(exc, ref) from exc
+
+
+def _drive_async(states: AsyncIterator[Any]) -> Iterator[Any]:
+    """An async iterator's items, driven by an event loop of this thread's own."""
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(anext(states))
+            except StopAsyncIteration:
+                return
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 def _once(call: Callable[[], Any]) -> Iterator[Any]:

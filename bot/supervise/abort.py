@@ -14,6 +14,7 @@ Outside a threads-pool run there is no current abort and every helper here is a 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -133,3 +134,33 @@ def check() -> None:
     abort = _current.get()
     if abort is not None:
         abort.check()
+
+
+@contextlib.contextmanager
+def interrupting() -> Iterator[None]:
+    """While the block runs, an abort of the current run raises :class:`Aborted` in this
+    thread (asynchronously: at its next Python bytecode, so not inside a blocking C call,
+    where only the fence of :mod:`workers.threaded` helps). For code that neither yields
+    nor blocks on anything a closer could cut: a compiled runnable run in its run's thread.
+    Nothing outside a threads-pool run."""
+    mine = _current.get()
+    if mine is None:
+        yield
+        return
+    target = threading.get_ident()
+    guard = threading.Lock()
+    inside = [True]
+
+    def interrupt() -> None:
+        with guard:
+            if inside[0]:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(target), ctypes.py_object(Aborted)
+                )
+
+    try:
+        with mine.closing(interrupt):
+            yield
+    finally:
+        with guard:
+            inside[0] = False

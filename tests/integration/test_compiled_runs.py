@@ -34,7 +34,7 @@ SHAPES = {
 def deps(redis_url: str) -> Iterator[Deps]:
     types = [
         {"name": name, "runnable": f"tests.compiled_runnables:{name}"}
-        for name in [*SHAPES, "no_messages", "boom", "hang", "ahang", "not_callable"]
+        for name in [*SHAPES, "no_messages", "boom", "hang", "ahang", "not_callable", "spin"]
     ]
     types.append({"name": "graph", "runnable": "tests.compiled_graph:graph"})
     types.append({"name": "gone", "runnable": "tests.compiled_runnables:missing_attr"})
@@ -108,6 +108,54 @@ def test_the_soft_deadline_ends_a_runnable_that_never_yields(deps: Deps) -> None
     assert record.status is RunStatus.TIMEOUT
     assert "run timeout of 1s reached" in record.notes
     assert time.monotonic() - started < 5
+
+
+def run_in_threads_pool(deps: Deps, type_name: str, *, stop_after: float) -> tuple[RunRecord, str]:
+    """The run as the threads pool runs it: on a thread of its own, with its abort; the
+    abort comes ``stop_after`` seconds in. Returns the record and the runnable's thread."""
+    from bot.supervise.abort import Abort, running
+
+    make_run(deps, "r1", subagent_type=type_name, task="the task")
+    mine = Abort()
+    threads: list[str] = []
+    threading.Timer(stop_after, mine.abort, args=("stopped on request",)).start()
+
+    def work() -> None:
+        threads.append(threading.current_thread().name)
+        with running(mine):
+            execute_run(deps, "r1", CompiledBody(deps=deps))
+
+    worker = threading.Thread(target=work, name="run-r1", daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the aborted run did not end"
+    record = deps.runs.get("r1")
+    assert record is not None
+    return record, threads[0]
+
+
+@pytest.mark.parametrize("type_name", ["spin", "echo", "aecho", "asteps"])
+def test_in_the_threads_pool_a_runnable_runs_in_its_runs_thread_and_an_abort_ends_it(
+    deps: Deps, type_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bot.agent import compiled
+
+    started: list[str] = []
+
+    opened = compiled.open_states
+
+    def spy(*args: object, **kwargs: object) -> object:
+        started.append(threading.current_thread().name)
+        return opened(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compiled, "open_states", spy)
+    record, thread = run_in_threads_pool(deps, type_name, stop_after=0.5)
+    assert started == [thread]  # no thread of its own that could outlive the run
+    if type_name == "spin":  # CPU-bound pure Python: interrupted in its own thread
+        assert record.status is RunStatus.STOPPED
+    else:
+        assert record.status is RunStatus.SUCCESS
+        assert record.result == SHAPES[type_name]
 
 
 def test_a_forked_compiled_run_receives_the_requester_history(deps: Deps) -> None:

@@ -85,10 +85,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+BOTH_POOLS = (
+    "tests/faults/",
+    "tests/e2e/test_fan_in.py",
+    "tests/e2e/test_fanout.py",
+    "tests/e2e/test_tools_e2e.py",
+    "tests/e2e/test_control_stop.py",
+    "tests/e2e/test_control_send_archive.py",
+    "tests/e2e/test_turn_stop.py",
+    "tests/e2e/test_failures.py",
+    "tests/e2e/test_slack_e2e.py",
+    "tests/e2e/test_telegram_e2e.py",
+    "tests/e2e/matrix/",
+)
+"""Modules whose end-to-end tests run under both worker pools (issue: the default pool
+becomes threads once they all pass in both)."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each test of :data:`BOTH_POOLS` that starts workers runs once per pool, unless
+    ``--pool`` chose one for the whole run."""
+    if metafunc.config.getoption("--pool") or "_stack_pool" not in metafunc.fixturenames:
+        return
+    path = Path(str(metafunc.definition.fspath)).relative_to(TESTS.parent).as_posix()
+    starts_workers = any(hasattr(metafunc.module, name) for name in ("Stack", "WorkerPool"))
+    if starts_workers and path.startswith(BOTH_POOLS):
+        metafunc.parametrize("_stack_pool", ["fork", "threads"], indirect=True)
+
+
 @pytest.fixture(autouse=True)
 def _stack_pool(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--pool threads`` runs every end-to-end test's workers in the threads pool."""
-    pool = request.config.getoption("--pool")
+    """The pool of every ``Stack`` the test starts: ``--pool``, else this test's
+    parameter (:func:`pytest_generate_tests`), else each Stack's own default (fork)."""
+    pool = request.config.getoption("--pool") or getattr(request, "param", None)
     if pool:
         from bot.testing.stack import Stack
 

@@ -23,6 +23,7 @@ from bot.config import load_settings
 from bot.deps import Deps
 from bot.runs.finalize import finalize_run
 from bot.store.jobs import SUBAGENTS_QUEUE, TurnJob
+from bot.supervise.abort import Abort
 from bot.types import RunStatus
 
 log = logging.getLogger(__name__)
@@ -74,14 +75,15 @@ def horse_killed(job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
     _finalize(job.connection, run_id, RunStatus.UNKNOWN, f"worker process died (exit {ret_val})")
 
 
-def fence_job(
-    worker: Any, job: Job, execution: Any, deps: Deps, *, timed_out: bool, partial: dict[str, Any]
-) -> None:
-    """End a job whose run did not end after its stop or its hard time limit (``timed_out``)
-    (threads pool, see :mod:`workers.threaded`): RQ's side (``stopped`` or ``failed``, its
-    execution gone, its rate-limit slot freed) and fanbot's (the run ended ``stopped`` or
-    ``timeout``; a turn's closing line posted). The run's thread may still finish later;
-    its own finalizers then find nothing to do."""
+def fence_job(worker: Any, job: Job, execution: Any, deps: Deps, *, abort: Abort) -> None:
+    """End a job whose run did not end after its ``abort`` (a stop, its soft deadline or
+    its hard time limit; threads pool, see :mod:`workers.threaded`): RQ's side (``stopped``
+    or ``failed``, its execution gone, its rate-limit slot freed) and fanbot's (the run
+    ended ``stopped`` or ``timeout`` with what it did so far; a turn's closing line
+    posted). The run's thread may still finish later; its finalizers then find nothing to
+    do."""
+    timed_out = abort.timed_out or abort.past_deadline
+    partial = abort.partial()
     with worker.connection.pipeline() as pipe:
         job.set_status(JobStatus.FAILED if timed_out else JobStatus.STOPPED, pipeline=pipe)
         worker.cleanup_execution(job, pipeline=pipe, execution=execution)
@@ -89,8 +91,7 @@ def fence_job(
     worker._release_slot_safely(job)  # RQ's own slot release, as on a failure
     if job.origin == SUBAGENTS_QUEUE:
         if timed_out:
-            note = "job time limit reached (hard limit)"
-            _end(deps, _run_of(job), RunStatus.TIMEOUT, note, **partial)
+            _end(deps, _run_of(job), RunStatus.TIMEOUT, abort.reason, **partial)
         else:
             note = "stopped on request (it did not end after the stop, so it was fenced)"
             _end(deps, _run_of(job), RunStatus.STOPPED, note, **partial)

@@ -67,6 +67,8 @@ DEQUEUE_BLOCK_SECONDS = 1
 CONTROL_TICK_SECONDS = 0.5
 """How often the control loop fences overdue stops and checks the recycle limits."""
 MEMORY_CHECK_SECONDS = 5.0
+DEADLINE_GRACE_SECONDS = 1.0
+"""A run's own checkpoint gets this long past its soft deadline before the worker aborts it."""
 
 
 class FairSlots:
@@ -195,6 +197,7 @@ class ThreadsWorker(BaseWorker):
                 if time.monotonic() >= next_beat:
                     self.heartbeat_all()
                     next_beat = time.monotonic() + self.job_monitoring_interval
+                self._abort_past_deadline()
                 self._fence_overdue()
                 self._hogs.tick_runs(self._running_runs())  # a run that holds the process
                 self._check_recycle()
@@ -412,6 +415,20 @@ class ThreadsWorker(BaseWorker):
         for run in self._running_runs():
             self.abort_job(run.job.id, reason)
 
+    def _abort_past_deadline(self) -> None:
+        """Abort the runs still going :data:`DEADLINE_GRACE_SECONDS` past their own soft
+        deadline: blocked where no checkpoint of theirs comes (a compiled runnable that never
+        yields), so they end ``timeout`` (or are fenced so)."""
+        now = time.monotonic()
+        for run in self._running_runs():
+            deadline = run.abort.deadline
+            if deadline is None or run.abort.aborted or now < deadline + DEADLINE_GRACE_SECONDS:
+                continue
+            if run.stop_at is None:
+                run.stop_at = now
+            run.abort.abort(run.abort.deadline_reason, past_deadline=True)
+            log.info("job %s: %s", run.job.id, run.abort.deadline_reason)
+
     def _fence_overdue(self) -> None:
         """End, here, the jobs of runs still going ``stop_grace`` after their stop."""
         for run in self._running_runs():
@@ -427,8 +444,7 @@ class ThreadsWorker(BaseWorker):
                 self.stop_grace,
             )
             try:
-                fence_job(self, run.job, run.execution, self.context.deps,
-                          timed_out=run.abort.timed_out, partial=run.abort.partial())  # fmt: skip
+                fence_job(self, run.job, run.execution, self.context.deps, abort=run.abort)
             except Exception:
                 log.exception("could not fence job %s", run.job.id)
             with self._lock:

@@ -74,7 +74,9 @@ def execute_run(
         return record.status.value
     meter = Meter(usage=record.usage)  # a resumed run goes on counting
     current = abort.current()
-    if current is not None:  # threads pool: a fence ends the run with what it did so far
+    if current is not None:  # threads pool: see workers/threaded.py
+        current.deadline = meter.started + record.timeout_s
+        current.deadline_reason = _timeout_note(record, "(it did not end there)")
         current.partial = lambda: {
             "result": meter.last_text or None,
             "usage": meter.usage,
@@ -119,6 +121,8 @@ def _drive(
                 raise
             if current.timed_out:
                 raise JobTimeoutException(current.reason) from exc
+            if current.past_deadline:
+                raise RunDeadline("soft deadline") from exc
             raise RunStopped("stop requested") from exc
     except RunStopped:
         return RunStatus.STOPPED, meter.last_text, f"stopped on request {steps()}"

@@ -43,6 +43,13 @@ class Abort:
         self.reason = ""
         self.timed_out = False
         """Aborted by the job's hard time limit rather than a stop."""
+        self.past_deadline = False
+        """Aborted at the run's own (soft) deadline, which it did not reach a checkpoint at."""
+        self.deadline: float | None = None
+        """``time.monotonic()`` of the run's soft deadline, where it has one: the threads
+        pool aborts a run still going a moment past it (one blocked where no checkpoint
+        comes), with :attr:`deadline_reason`."""
+        self.deadline_reason = "run timeout reached"
         self.partial: Callable[[], dict[str, Any]] = dict
         """What the run has done so far (its finalize's keyword arguments: result, usage,
         tools), for whoever ends it from outside when it cannot (a fence)."""
@@ -56,14 +63,16 @@ class Abort:
         """Sleep up to ``timeout`` seconds, waking at once on an abort; True if aborted."""
         return self._event.wait(timeout)
 
-    def abort(self, reason: str, *, timed_out: bool = False) -> int:
+    def abort(self, reason: str, *, timed_out: bool = False, past_deadline: bool = False) -> int:
         """Set the flag and cut short what the run blocks on; returns the closers called.
-        ``timed_out``: the job's hard time limit, not a stop, ends the run."""
+        ``timed_out``: the job's hard time limit, not a stop, ends the run;
+        ``past_deadline``: the run's own deadline does."""
         with self._lock:
             if self._event.is_set():
                 return 0
             self.reason = reason
             self.timed_out = timed_out
+            self.past_deadline = past_deadline
             self._event.set()
             closers = list(self._closers.values())
             self._closers.clear()

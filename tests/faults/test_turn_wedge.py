@@ -346,7 +346,8 @@ async def test_killing_workers_while_messages_arrive_wedges_no_thread(
     print(f"kills: {dict(chaos.kills)}; lost turns requeued: {requeued}")
     assert chaos.kills["listening"] >= 5, chaos.kills
     assert chaos.kills["busy"] >= 1 or stack.pool.threads, chaos.kills
-    assert requeued >= 1, "no kill lost a turn: this run did not exercise the bug"
+    if not stack.pool.threads:  # the bug is the fork pool's BLPOP that pops for the dead
+        assert requeued >= 1, "no kill lost a turn: this run did not exercise the bug"
     replies = outbox_replies(redis_url)
     assert set(replies.values()) == {1}, replies  # no turn ran twice ...
     assert all(per_message[f"alice: {t}"] == 1 for t in texts), per_message  # ... or half-twice

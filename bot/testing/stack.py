@@ -321,7 +321,11 @@ class Stack:
         line = deps.jobs.fair.line()
         lines.append(f"fair: held={line.held} waiting={line.waiting} admitted={line.admitted}")
         for job_id in [*line.admitted, *deps.jobs.fair.holders()]:
-            lines.append(f"job {job_id}: {deps.jobs.status(job_id)}")
+            status = deps.jobs.status(job_id)
+            lines.append(f"job {job_id}: {getattr(status, 'value', status) or 'gone'}")
+        pool = "threads" if self.pool.threads else "fork"
+        lines.append(f"workers: {pool} pool, pids {self.pool.worker_pids()}, "
+                     f"executing {self.pool.run_pids()}")  # fmt: skip
         tail = self.worker_log().splitlines()[-log_lines:]
         lines += ["--- workers.log (tail) ---", *tail]
         return "\n".join(lines)

@@ -163,3 +163,31 @@ async def test_a_test_failing_inside_the_stack_prints_where_its_runs_stood(
     assert "--- fanbot stack state ---" in state
     assert state.count(" running parked_at=None") == 1 and state.count(" queued ") == 1
     assert "fair: held={'" in state and "--- workers.log (tail) ---" in state
+
+
+@pytest.mark.parametrize("pool", ["fork", "threads"])
+async def test_explain_shows_where_each_run_stands(redis_url: str, pool: str) -> None:
+    """What a failing test inside a Stack prints: each active run (status, parked_at,
+    approval, resume job), the fair slots and line, the jobs' statuses, the workers and
+    the tail of their log."""
+    async with FakeOpenAI(spawner(30), models=["fake-model"]) as fake:
+        values = stack_values(redis_url, fake.base_url, subagents={"max_concurrent": 1})
+        channel = MemoryChannel()
+        async with Stack(values=values, adapters=[channel], workers=1, pool=pool) as stack:
+            await channel.say("spawn 2")
+            await stack.wait_for(lambda: fake.in_flight == 1, timeout=30)
+            text = stack.explain(log_lines=5)
+    lines = text.splitlines()
+    assert lines[0] == "--- fanbot stack state ---"
+    runs = [line for line in lines if line.startswith("run ")]
+    assert len(runs) == 2
+    assert sorted(r.split()[3] for r in runs) == ["queued", "running"]
+    assert all("parked_at=None approval=- resume_job=" in r for r in runs)
+    fair = next(line for line in lines if line.startswith("fair: "))
+    assert "held=" in fair and "waiting=" in fair
+    assert any(line.startswith("job ") and "started" in line for line in lines), text
+    workers = next(line for line in lines if line.startswith("workers: "))
+    assert workers.startswith(f"workers: {pool} pool, pids [")
+    assert "executing [" in workers and "executing []" not in workers
+    tail = lines[lines.index("--- workers.log (tail) ---") + 1 :]
+    assert 0 < len(tail) <= 5

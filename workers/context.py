@@ -20,6 +20,7 @@ from bot.agent.llm import OpenAIChatModel
 from bot.agent.tools.mcp import McpPool
 from bot.config import Settings
 from bot.deps import Deps
+from bot.redis.connect import connect
 
 _serving: ContextVar[WorkerContext | None] = ContextVar("fanbot_worker_context", default=None)
 
@@ -44,7 +45,8 @@ class WorkerContext:
     def build(cls, settings: Settings) -> WorkerContext:
         """The stores, the model client and an MCP pool for ``settings``."""
         closing = ExitStack()
-        deps = Deps.build(settings)
+        deps = Deps.build(settings, client=connect(settings.redis_url,
+                                                   max_connections=redis_connections(settings)))  # fmt: skip
         closing.callback(deps.close)
         model = OpenAIChatModel(settings=settings.openai)
         closing.callback(model.close)
@@ -54,6 +56,20 @@ class WorkerContext:
 
     def close(self) -> None:
         self.closing.close()
+
+
+CONNECTIONS_PER_RUN = 3
+"""A threads-pool run's thread, its stall watch and RQ's bookkeeping of it may each hold a
+Redis connection at once."""
+
+
+def redis_connections(settings: Settings) -> int | None:
+    """The bound of a worker process's Redis pool: every run of a threads-pool process
+    shares it (and RQ's dequeuers and heartbeats), so it is sized to them; None (redis-py's
+    default) for a fork-pool worker, one run per process."""
+    if settings.workers.pool != "threads":
+        return None
+    return settings.workers.concurrency * CONNECTIONS_PER_RUN + 32
 
 
 def current() -> WorkerContext | None:

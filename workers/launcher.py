@@ -103,9 +103,10 @@ def run_single(
         url=settings.redis_url, who=who, probe_key=context.deps.keys.redis_probe(_host_pid())
     )
     watch.start()
-    conn = connect(settings.redis_url)
-    rq_queues = [Queue(q, connection=conn, serializer=JSONSerializer) for q in queues]
     pool = settings.workers
+    # The threads pool's RQ bookkeeping shares the runs' one pool (sized to them).
+    conn = context.deps.redis if pool.pool == "threads" else connect(settings.redis_url)
+    rq_queues = [Queue(q, connection=conn, serializer=JSONSerializer) for q in queues]
     worker: Worker | ThreadsWorker
     if pool.pool == "threads":
         worker = ThreadsWorker(

@@ -64,6 +64,9 @@ log = logging.getLogger("fanbot.worker")
 
 DEQUEUE_BLOCK_SECONDS = 1
 """Each dequeuer's ``BLMOVE`` waits this long, then looks at whether to stop."""
+SHORT_BLOCK_SECONDS = 0.2
+"""... or this long while another dequeuer waits for the slot it holds (the last one free):
+the queues take turns quickly then."""
 CONTROL_TICK_SECONDS = 0.5
 """How often the control loop fences overdue stops and checks the recycle limits."""
 MEMORY_CHECK_SECONDS = 5.0
@@ -95,6 +98,11 @@ class FairSlots:
                 return True
             self._waiting.remove(turn)
             return False
+
+    @property
+    def contended(self) -> bool:
+        """Whether someone waits for a slot now."""
+        return bool(self._waiting)
 
     def release(self) -> None:
         with self._lock:
@@ -170,8 +178,6 @@ class ThreadsWorker(BaseWorker):
         self._cold = threading.Event()
         self._shutdown_at: float | None = None
         self._memory_checked = 0.0
-        # Fewer slots than queues: the queues take turns, so each waits less at a time.
-        self._block = DEQUEUE_BLOCK_SECONDS if concurrency >= len(self.queues) else 0.2
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -271,10 +277,11 @@ class ThreadsWorker(BaseWorker):
     def _pop(self, queue: Queue, burst: bool) -> tuple[Job, Queue] | None:
         """One job from ``queue`` through its intermediate list, or None."""
         try:
+            block = SHORT_BLOCK_SECONDS if self._slots.contended else DEQUEUE_BLOCK_SECONDS
             popped = self.queue_class.lmove(
                 self.connection,
                 queue.key,
-                None if burst else self._block,  # type: ignore[arg-type]
+                None if burst else block,  # type: ignore[arg-type]
             )
         except DequeueTimeout:
             return None
@@ -334,6 +341,11 @@ class ThreadsWorker(BaseWorker):
             return list(self._running.values())
 
     # --- RQ's hooks -----------------------------------------------------------------------
+
+    def _set_connection(self, connection: Any) -> Any:
+        # RQ raises the pool's socket timeout past its long blocking dequeue; this worker's
+        # BLMOVEs wait a second, and the pool is the runs' own: their timeouts stay.
+        return connection
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         # Always popped through the intermediate list here, whatever the number of queues.

@@ -113,16 +113,21 @@ def connect(
     socket_timeout: float = 30,
     connect_timeout: float = 5,
     retries: int = 20,
+    max_connections: int | None = None,
 ) -> Redis:
     """A sync client with bounded timeouts that retries on connection errors (a Redis
     restart or a Sentinel failover costs seconds, not a failed job); ``retries=0`` fails
-    fast (doctor, preflight)."""
+    fast (doctor, preflight). ``max_connections``: the pool's bound (redis-py's default is
+    100, and a pool past it raises rather than waits: a process whose many threads share
+    the client sizes it to them)."""
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
         "health_check_interval": 15,
         "driver_info": NO_SETINFO,
     }
+    if max_connections is not None:
+        options["max_connections"] = max_connections
     if retries:
         options["retry"] = Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=retries)
         options["retry_on_error"] = [redis.ConnectionError, redis.TimeoutError]

@@ -225,3 +225,24 @@ def test_with_fewer_slots_than_queues_both_queues_are_served(
     stopper.join()
     assert all(j.get_status(refresh=True) is JobStatus.FINISHED for j in jobs)
     assert second.count == 0  # the one pushed while the first queue held the slot ran too
+
+
+def test_more_runs_than_redis_py_s_default_pool_share_the_processs_pool(redis_url: str) -> None:
+    """redis-py bounds a pool at 100 connections and raises past it: the threads pool's
+    one pool (the runs' and RQ's) is sized to its concurrency."""
+    settings = Settings(redis_url=redis_url, workers={"pool": "threads", "concurrency": 130})  # type: ignore[arg-type]
+    context = WorkerContext.build(settings)
+    conn = context.deps.redis
+    # redis-py's default bound (100) failed runs with MaxConnectionsError when 200 ended
+    # at once in one process (`fanbot bench compare`, the PSS slope phase).
+    assert conn.connection_pool.max_connections >= 130 * 3
+    try:
+        conn.flushdb()
+        ids = [enqueue(conn, threads_jobs.hold_redis, 2) for _ in range(130)]
+        worker = make_worker(conn, context, concurrency=130)
+        worker.work(burst=True)
+        queue = Queue(QUEUE, connection=conn, serializer=JSONSerializer)
+        statuses = [queue.fetch_job(i).get_status() for i in ids]  # type: ignore[union-attr]
+        assert statuses.count(JobStatus.FINISHED) == 130, statuses
+    finally:
+        context.close()

@@ -36,3 +36,11 @@ def ignore_abort(seconds: float) -> str:
     """A run that does not listen: sleeps through its stop."""
     time.sleep(seconds)
     return "slept"
+
+
+def hold_redis(seconds: float) -> str:
+    """Hold one of the worker's Redis connections for ``seconds`` (a blocking read)."""
+    context = current()
+    assert context is not None
+    context.deps.redis.blpop(["threads-test:never"], timeout=seconds)
+    return "held"

@@ -17,12 +17,13 @@ from redis import Redis
 from rq.job import Job, JobStatus
 from rq.timeouts import JobTimeoutException
 
+from bot.agent.turn import turn_lost as commit_turn_lost
 from bot.agent.turn import turn_stopped as commit_turn_stopped
 from bot.agent.turn import turn_timed_out as commit_turn_timed_out
 from bot.config import load_settings
 from bot.deps import Deps
 from bot.runs.finalize import finalize_run
-from bot.store.jobs import SUBAGENTS_QUEUE, TurnJob
+from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE, TurnJob
 from bot.supervise.abort import Abort
 from bot.types import RunStatus
 
@@ -121,8 +122,12 @@ def worker_died(deps: Deps, pid: int) -> list[str]:
         for run_id in runs:
             if _end(deps, run_id, RunStatus.UNKNOWN, f"worker process died (pid {pid})"):
                 ended.append(run_id)
-        # Its turns too: RQ fails them now, which frees their threads' lanes.
+        # Its turns too: RQ fails them now, which frees their threads' lanes, and each
+        # thread hears that its message was not answered.
         deps.rq.abandon_jobs_of_dead_worker(jobs, now=time.time())
+        for job in jobs:
+            if job.origin == TURNS_QUEUE and job.args and isinstance(job.args[0], dict):
+                commit_turn_lost(deps, TurnJob.model_validate(job.args[0]))
     except Exception:  # the reaper still ends them when their heartbeats expire
         log.exception("could not end the runs of dead worker pid %s", pid)
         return ended

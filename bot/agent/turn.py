@@ -51,6 +51,7 @@ FAN_IN_ON = (
 FAN_IN_OFF = "Each subagent announces its result in this thread by itself; do not repeat it."
 STOPPED_IN_MODEL_CALL = f"{Icon.STOPPED} Stopped while waiting for the model."
 TOOK_TOO_LONG = f"{Icon.TIMED_OUT} That took too long, so I stopped."
+WORKER_DIED = f"{Icon.WARNING} The worker answering this stopped working. Please send it again."
 
 
 def main_agent_tools(
@@ -135,6 +136,13 @@ def turn_timed_out(deps: Deps, job: TurnJob) -> None:
     """The turn reached its hard time limit and did not end (threads pool, fenced): say so
     in the thread, in place of the answer it would have given (same idempotency key)."""
     _close(deps, job, TOOK_TOO_LONG)
+
+
+def turn_lost(deps: Deps, job: TurnJob) -> None:
+    """The process running the turn died (threads pool: with its other runs): say so in
+    the thread, in place of the answer (same idempotency key, so an answer that did go out
+    is not followed by this)."""
+    _close(deps, job, WORKER_DIED)
 
 
 def _close(deps: Deps, job: TurnJob, text: str) -> None:

@@ -38,6 +38,7 @@ from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 from rq.utils import as_text
 
+from bot.agent.turn import WORKER_DIED
 from bot.config import Settings
 from bot.deps import Deps
 from bot.sessions import requester_session_key
@@ -350,6 +351,12 @@ async def test_killing_workers_while_messages_arrive_wedges_no_thread(
         assert requeued >= 1, "no kill lost a turn: this run did not exercise the bug"
     replies = outbox_replies(redis_url)
     assert set(replies.values()) == {1}, replies  # no turn ran twice ...
-    assert all(per_message[f"alice: {t}"] == 1 for t in texts), per_message  # ... or half-twice
+    lost = sum(WORKER_DIED in r.text for r in channel.replies)
+    if stack.pool.threads:  # a worker killed as it started a turn: that turn is lost, said so
+        assert all(per_message[f"alice: {t}"] <= 1 for t in texts), per_message
+        assert sum(per_message[f"alice: {t}"] == 1 for t in texts) >= len(texts) - lost
+    else:
+        assert lost == 0
+        assert all(per_message[f"alice: {t}"] == 1 for t in texts), per_message  # ... or half-twice
     # Not asserted: each thread's order. rq scores its rate_limited set in whole seconds, so
     # two messages of one thread within a second may run in either order (not this bug).

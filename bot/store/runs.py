@@ -50,21 +50,26 @@ STOP_FLAG_TTL = 86_400
 _END_RUN = """
 local function end_run(k, a)
   if k[5] ~= '' then redis.call('SET', k[5], '1', 'EX', a[6]) end
-  local cur = redis.call('HGET', k[1], 'status')
+  local now = redis.call('HMGET', k[1], 'status', a[7])
+  local cur, tools = now[1], now[2]
   if cur ~= 'queued' and cur ~= 'running' then return 0 end
-  redis.call('HSET', k[1], 'status', a[1], 'ended_at', a[2])
   local fields = cjson.decode(a[5])
+  redis.call('HSET', k[1], 'status', a[1], 'ended_at', a[2], unpack(fields))
   for i = 1, #fields, 2 do
-    redis.call('HSET', k[1], fields[i], fields[i + 1])
+    if fields[i] == a[7] then tools = fields[i + 1] end
   end
   redis.call('SREM', k[2], a[3])
-  redis.call('DEL', k[3])
   if a[4] ~= '' then redis.call('ZADD', k[4], a[4], a[3]) end
-  local tools = redis.call('HGET', k[1], a[7])
   if not tools or not string.match(tools, '^%d+$') then tools = '0' end
   local inbox = redis.call('LRANGE', k[6], 0, -1)
-  local receipts = redis.call('LRANGE', k[7], 0, -1)
-  redis.call('DEL', k[6], k[7])
+  local receipts = {}
+  if #inbox > 0 then
+    -- pushed and drained together with the inbox: empty when it is
+    receipts = redis.call('LRANGE', k[7], 0, -1)
+    redis.call('DEL', k[3], k[6], k[7])
+  else
+    redis.call('DEL', k[3])
+  end
   return 1, tools, inbox, receipts
 end
 """

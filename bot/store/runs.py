@@ -114,30 +114,29 @@ _START = (
     + PUT_PROGRESS_LUA
     + """
 local record = redis.call('HGETALL', KEYS[1])
-local status = redis.call('HGET', KEYS[1], 'status')
-local started = 0
+local run = {}
+for i = 1, #record, 2 do run[record[i]] = record[i + 1] end
+local writes = nil
 if ARGV[3] == '1' then
-  local parked = redis.call('HGET', KEYS[1], 'parked_at')
-  if status == 'running' and parked and parked ~= '' then
-    redis.call('HSET', KEYS[1], 'parked_at', '')
-    started = 1
-  end
-elseif status == 'queued' then
-  redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1])
-  started = 1
+  local parked = run['parked_at']
+  if run['status'] == 'running' and parked and parked ~= '' then writes = {'parked_at', ''} end
+elseif run['status'] == 'queued' then
+  writes = {'status', 'running', 'started_at', ARGV[1]}
 end
-if started == 1 then
+local started = 0
+if writes then
+  started = 1
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   if ARGV[6] ~= '' then
-    local session = redis.call('HGET', KEYS[1], 'session_key') or ''
-    local flat = file_hashes(ARGV[4] .. session, ARGV[5])
+    local flat = file_hashes(ARGV[4] .. (run['session_key'] or ''), ARGV[5])
     local snapshot = {}
     for i = 1, #flat, 2 do snapshot[flat[i]] = flat[i + 1] end
-    redis.call('HSET', KEYS[1], ARGV[6], cjson.encode(snapshot))
+    writes[#writes + 1] = ARGV[6]
+    writes[#writes + 1] = cjson.encode(snapshot)
   end
+  redis.call('HSET', KEYS[1], unpack(writes))
   if ARGV[7] ~= '' then
-    local thread = redis.call('HGET', KEYS[1], 'thread') or ''
-    put_progress(KEYS[5], ARGV[9], ARGV[8], thread, ARGV[7], ARGV[1])
+    put_progress(KEYS[5], ARGV[9], ARGV[8], run['thread'] or '', ARGV[7], ARGV[1])
   end
 end
 return {started, redis.call('EXISTS', KEYS[3]), record, redis.call('LLEN', KEYS[4])}

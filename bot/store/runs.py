@@ -25,7 +25,7 @@ from bot.store.finalize_script import FinalizeParts, FinalizeScript
 from bot.store.history import append_history_part
 from bot.store.joins import JOIN_TTL_SECONDS, leave_join_part
 from bot.store.lua_parts import Fragment, Part
-from bot.store.metrics import MetricsStore, Update
+from bot.store.metrics import MetricsStore, Update, Write
 from bot.store.outbox import put_outbound_part
 from bot.store.owner import Lua, RedisOwner
 from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA, final_progress_part
@@ -253,17 +253,25 @@ class RunsRegistry(RedisOwner):
         redis: A sync Redis client (``decode_responses`` off).
         keys: The key builder for this deployment's prefix.
         history_max: How many history messages a requester session keeps.
+        metrics: This process's metrics (the finalize script writes the updates it keeps).
     """
 
     _create_joined = Lua(_CREATE_JOINED)
     _start = Lua(_START)
     _places = Lua(_PLACES)
 
-    def __init__(self, *, redis: redis.Redis, keys: Keys, history_max: int = 60) -> None:
+    def __init__(
+        self,
+        *,
+        redis: redis.Redis,
+        keys: Keys,
+        history_max: int = 60,
+        metrics: MetricsStore | None = None,
+    ) -> None:
         super().__init__(redis=redis, keys=keys)
         self.history_max = history_max
         self._finalize = FinalizeScript(redis=redis, end_run=END_RUN)
-        self._metrics = MetricsStore(redis=redis, keys=keys)
+        self._metrics = metrics or MetricsStore(redis=redis, keys=keys)
 
     def next_seq(self, session_key: str) -> int:
         return int(self.redis.incr(self.keys.session_seq(session_key)))
@@ -499,9 +507,26 @@ class RunsRegistry(RedisOwner):
         """Atomically end ``record``'s run: :attr:`Ended.code` 0 if it had ended already, 1
         if this call ended it, 2 if that also fired its join (it was the join's last pending
         run), with the messages the run never read (taken from its inbox by the same script).
-        The script's compare-and-set is the decision (:mod:`bot.store.finalize_script`)."""
+        The script's compare-and-set is the decision (:mod:`bot.store.finalize_script`);
+        it also writes the metric updates this process kept (:mod:`bot.store.metrics`)."""
+        with self._metrics.carried() as carried:
+            parts = self._parts(record, outcome, carried, slot_key, join_grace)
+            code, inbox, receipts = self._finalize(parts)
+        if code == 0:  # it had ended: the script stopped before the metrics
+            self._metrics.keep(carried)
+        ids = [as_text(r) for r in receipts] + [""] * len(inbox)
+        return Ended(code=code, leftovers=tuple((as_text(m), ids[i]) for i, m in enumerate(inbox)))
+
+    def _parts(
+        self,
+        record: RunRecord,
+        outcome: Finalization,
+        carried: list[Write],
+        slot_key: str | None,
+        join_grace: float,
+    ) -> FinalizeParts:
         started = record.started_at
-        parts = FinalizeParts(
+        return FinalizeParts(
             recheck=recheck_run_part(self.keys, record.run_id, at=outcome.recheck_at),
             end=self._end_part(record, outcome),
             announce=put_outbound_part(self.keys, outcome.announce),
@@ -521,7 +546,7 @@ class RunsRegistry(RedisOwner):
                 elapsed=None if started is None else outcome.ended_at - started,
                 quiet=outcome.quiet,
             ),
-            metrics=self._metrics.part(outcome.metrics),
+            metrics=self._metrics.part(outcome.metrics, carried),
             join=leave_join_part(
                 self.keys,
                 record.join_id,
@@ -530,9 +555,6 @@ class RunsRegistry(RedisOwner):
                 grace=join_grace,
             ),
         )
-        code, inbox, receipts = self._finalize(parts)
-        ids = [as_text(r) for r in receipts] + [""] * len(inbox)
-        return Ended(code=code, leftovers=tuple((as_text(m), ids[i]) for i, m in enumerate(inbox)))
 
     def _end_part(self, record: RunRecord, outcome: Finalization) -> Part:
         """:data:`END_RUN`'s part: the status and fields to write."""

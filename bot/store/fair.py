@@ -70,9 +70,10 @@ _ADMIT = (
     RQ_LUA
     + """
 local function admit()
+  local admitted = {}
+  if redis.call('ZCARD', KEYS[2]) == 0 then return admitted end  -- nobody waits
   local cap = tonumber(ARGV[2])
   local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
-  local admitted = {}
   if free <= 0 then return admitted end
   local held = {}
   for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do

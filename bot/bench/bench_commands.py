@@ -221,6 +221,9 @@ def run_commands(
     ] = "command",
     pool: Annotated[str, typer.Option(help="The workers' pool: fork or threads.")] = "fork",
     workers: Annotated[int, typer.Option(help="RQ worker processes.", min=1, max=64)] = 2,
+    burst: Annotated[
+        int, typer.Option(help="Runs spawned at once (each in its thread), then the next.", min=1)
+    ] = 1,
     sites: Annotated[bool, typer.Option(help="Also list the commands by code (MONITOR).")] = True,
 ) -> None:
     """Redis commands per subagent run, spawn -> announce delivered: INFO commandstats'
@@ -231,6 +234,6 @@ def run_commands(
     if via not in ("command", "turn") or pool not in ("fork", "threads"):
         typer.echo("fanbot bench commands: --via command|turn, --pool fork|threads", err=True)
         raise typer.Exit(2)
-    result = run_measure(runs=runs, via=via, pool=pool, workers=workers, monitor=sites)
+    result = run_measure(runs=runs, via=via, pool=pool, workers=workers, burst=burst, monitor=sites)
     for line in result.lines(sites=sites):
         typer.echo(line)

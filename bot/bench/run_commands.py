@@ -3,8 +3,10 @@
 The stack: the gateway in this process with a :class:`~bot.testing.MemoryChannel`, forked
 ``fanbot worker`` processes (:class:`~bot.testing.Stack`, default settings, the fork pool
 unless asked), the fake model answering at once, and a private ``redis-server``. One run
-is spawned at a time, each after the previous one's announce was accepted by the channel;
-a first run warms everything up unmeasured.
+is spawned at a time, each after the previous one's announce was accepted by the channel
+(or ``burst`` runs at once, each in a thread of its own, then the next burst once all of
+them announced: the slots fill up and runs wait in line); a first run warms everything up
+unmeasured.
 
 What is counted is what Redis executed: the delta of ``INFO commandstats`` over the
 window (every command, those a Lua script calls included, RQ's own too), minus the idle
@@ -62,6 +64,7 @@ class RunCommands:
         idle_per_second: Commands per second of the idle stack.
         sites: ``(site, command)`` -> calls per run seen by ``MONITOR`` in the window
             (idle not subtracted; see the module docstring).
+        how: How the runs were spawned, for the report (``", 8 at once"``).
     """
 
     runs: int
@@ -69,6 +72,7 @@ class RunCommands:
     seconds: float
     idle_per_second: float
     sites: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    how: str = ""
 
     @property
     def total(self) -> float:
@@ -80,8 +84,8 @@ class RunCommands:
         shown = ", ".join(f"{name.upper()} {n:.1f}" for name, n in ranked if abs(n) >= 0.05)
         out = [
             f"Redis commands per subagent run, spawn -> announce delivered: {self.total:.1f} "
-            f"({self.runs} runs in {self.seconds:.1f} s; idle {self.idle_per_second:.1f}/s "
-            "subtracted)",
+            f"({self.runs} runs in {self.seconds:.1f} s{self.how}; idle "
+            f"{self.idle_per_second:.1f}/s subtracted)",
             f"  by command: {shown}",
         ]
         if sites and self.sites:
@@ -264,12 +268,15 @@ async def measure(
     runs: int = 20,
     via: Via = "command",
     workers: int = 2,
+    burst: int = 1,
     pool: str = "fork",
     idle_seconds: float = 10.0,
     settle_seconds: float = 2.0,
     monitor: bool = True,
 ) -> RunCommands:
-    """Measure on the Redis at ``redis_url`` (a private one: its whole traffic is counted)."""
+    """Measure on the Redis at ``redis_url`` (a private one: its whole traffic is counted).
+    ``burst``: spawn that many runs at once (each in its thread), then wait for their
+    announces, and so on (1: one run at a time)."""
     from bot.testing import FakeOpenAI, MemoryChannel, Stack, until
 
     client = redis.Redis.from_url(redis_url)
@@ -285,13 +292,14 @@ async def measure(
             channel = MemoryChannel()
             async with Stack(values=values, adapters=[channel], workers=workers):
 
-                async def one(name: str) -> None:
-                    done = len(channel.announces) + 1
+                async def spawn(names: list[str]) -> None:
+                    done = len(channel.announces) + len(names)
                     text = "please spawn" if via == "turn" else f"/subagents spawn {TASK}"
-                    await channel.say(text, thread=channel.thread(name))
+                    for name in names:
+                        await channel.say(text, thread=channel.thread(name))
                     await until(lambda: len(channel.announces) >= done, timeout=RUN_TIMEOUT)
 
-                await one("warm-up")
+                await spawn(["warm-up"])
                 await asyncio.sleep(settle_seconds)
                 before, t0 = commandstats(client), time.monotonic()
                 await asyncio.sleep(idle_seconds)
@@ -299,8 +307,8 @@ async def measure(
                 if watch is not None:
                     watch.on = True
                 before, t0 = commandstats(client), time.monotonic()
-                for i in range(runs):
-                    await one(f"run-{i}")
+                for first in range(0, runs, burst):
+                    await spawn([f"run-{i}" for i in range(first, min(runs, first + burst))])
                 await asyncio.sleep(settle_seconds)
                 window, took = delta(before, commandstats(client)), time.monotonic() - t0
                 if watch is not None:
@@ -316,6 +324,7 @@ async def measure(
         seconds=took,
         idle_per_second=sum(idle.values()) / idle_took,
         sites={k: v / runs for k, v in sites.items()},
+        how=f", {burst} at once" if burst > 1 else "",
     )
 
 

@@ -9,9 +9,11 @@ for what belongs to no one structure (a PING, a batch of several owners' writes)
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from bot.config import Settings
 from bot.keys import Keys
@@ -36,6 +38,8 @@ from bot.store.stops import Stops
 from bot.store.threads import ThreadBindings
 from bot.store.transcripts import TranscriptStore
 from bot.store.workspace import Limits, Workspace
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,12 +80,18 @@ class Deps:
         client = client or connect(settings.redis_url)
         keys = Keys(prefix=settings.key_prefix)
         retention = int(settings.subagents.retention_days * 86_400)
+        metrics = MetricsStore(redis=client, keys=keys)
         return cls(
             settings=settings,
             redis=client,
             keys=keys,
             connection=Connection(redis=client),
-            runs=RunsRegistry(redis=client, keys=keys, history_max=settings.history.max_messages),
+            runs=RunsRegistry(
+                redis=client,
+                keys=keys,
+                history_max=settings.history.max_messages,
+                metrics=metrics,
+            ),
             history=HistoryStore(
                 redis=client,
                 keys=keys,
@@ -107,10 +117,15 @@ class Deps:
             schedules=ScheduleStore(redis=client, keys=keys),
             dead_letters=DeadLetters(redis=client, keys=keys),
             lost_jobs=LostJobs(redis=client, keys=keys),
-            metrics=MetricsStore(redis=client, keys=keys),
+            metrics=metrics,
         )
 
     def close(self) -> None:
+        """Write the metric updates this process kept (best effort), then disconnect."""
+        try:
+            self.metrics.flush()
+        except (RedisError, OSError) as exc:
+            log.debug("metrics not written at close: %s", exc)
         self.connection.close()
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from rq.job import JobStatus
 
 from bot.deps import Deps
+from bot.observe import record as observed
 from bot.runs.approval_gate import expire_due
 from bot.runs.finalize import finalize_run
 from bot.runs.join import dispatch_due, seal_abandoned
@@ -119,6 +120,7 @@ def sweep(deps: Deps, *, steady: Callable[[], float] | None = None) -> None:
     expire_due(deps)  # no answer in time means deny: the run goes on with the denial
     archive_due(deps)
     fire_due(deps)  # each tick once across workers: the store's claim decides
+    observed.flush(deps)  # the runs it spawned, counted
 
 
 def maintenance_loop(

@@ -1,6 +1,7 @@
 """Benchmarks behind ``fanbot bench`` (:mod:`~bot.bench.bench_commands`): ``soak``
 (:mod:`~bot.bench.soak`), ``latency`` (:mod:`~bot.bench.latency`), ``stop``
 (:mod:`~bot.bench.stop_latency`), ``compare`` against bare RQ
-(:mod:`~bot.bench.compare`) and ``map``, the code's figures (:mod:`~bot.bench.code_map`,
-:mod:`~bot.bench.path_trace`). They measure; the test suite asserts behaviour. Not
+(:mod:`~bot.bench.compare`), ``map``, the code's figures (:mod:`~bot.bench.code_map`,
+:mod:`~bot.bench.path_trace`), and ``commands``, Redis commands per subagent run
+(:mod:`~bot.bench.run_commands`). They measure; the test suite asserts behaviour. Not
 production code: only the CLI loads this package, by name, for ``fanbot bench``."""

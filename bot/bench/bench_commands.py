@@ -1,4 +1,4 @@
-"""``fanbot bench soak|latency|stop|compare|map``: benchmarks against real processes and the fakes.
+"""``fanbot bench soak|latency|stop|compare|map|commands``: benchmarks against real processes and the fakes.
 
 They start their own private Redis, forked workers and the fake model (the processes they
 start get a scrubbed environment; nothing external is touched), print their figures, and exit 1 when a check fails
@@ -23,7 +23,8 @@ from bot.supervise.signals import stop_on_signal
 app = typer.Typer(
     name="bench",
     help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare "
-    "RQ), map (the code's shape and the modules one message runs through).",
+    "RQ), map (the code's shape and the modules one message runs through), commands (Redis "
+    "commands per subagent run).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -210,3 +211,29 @@ def code_map(
     from bot.bench.map_report import report
 
     report(typer.echo, paths=paths, verbose=verbose)
+
+
+@app.command(name="commands")
+def run_commands(
+    runs: Annotated[int, typer.Option(help="Subagent runs, one after another.", min=1)] = 20,
+    via: Annotated[
+        str, typer.Option(help="command (/subagents spawn) or turn (the model spawns).")
+    ] = "command",
+    pool: Annotated[str, typer.Option(help="The workers' pool: fork or threads.")] = "fork",
+    workers: Annotated[int, typer.Option(help="RQ worker processes.", min=1, max=64)] = 2,
+    burst: Annotated[
+        int, typer.Option(help="Runs spawned at once (each in its thread), then the next.", min=1)
+    ] = 1,
+    sites: Annotated[bool, typer.Option(help="Also list the commands by code (MONITOR).")] = True,
+) -> None:
+    """Redis commands per subagent run, spawn -> announce delivered: INFO commandstats'
+    delta over the runs, idle traffic subtracted, by command and by code (the script or
+    the key family that issued it). See bot/bench/run_commands.py."""
+    from bot.bench.run_commands import run_measure
+
+    if via not in ("command", "turn") or pool not in ("fork", "threads"):
+        typer.echo("fanbot bench commands: --via command|turn, --pool fork|threads", err=True)
+        raise typer.Exit(2)
+    result = run_measure(runs=runs, via=via, pool=pool, workers=workers, burst=burst, monitor=sites)
+    for line in result.lines(sites=sites):
+        typer.echo(line)

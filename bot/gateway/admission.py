@@ -73,11 +73,27 @@ def decide(
         return Verdict.DENIED
     if access.allow_chats and inbound.thread.chat not in access.allow_chats:
         return Verdict.DENIED
-    addressed = inbound.mentioned or inbound.is_dm or not settings.gateway.require_mention
-    continues = access.continue_threads and inbound.thread.thread is not None and session_exists
-    if not (addressed or continues):
+    continues = session_counts(inbound, settings=settings, access=access) and session_exists
+    if not (addressed(inbound, settings=settings) or continues):
         return Verdict.UNADDRESSED
     return Verdict.ACCEPT
+
+
+def addressed(inbound: Inbound, *, settings: Settings) -> bool:
+    """The message is for the bot whatever its thread (pure): a mention, a DM, or no
+    mention required."""
+    return inbound.mentioned or inbound.is_dm or not settings.gateway.require_mention
+
+
+def session_counts(inbound: Inbound, *, settings: Settings, access: PlatformAccess) -> bool:
+    """Whether :func:`decide`'s verdict on ``inbound`` depends on its session having
+    history (pure): a message not addressed to the bot, in a thread, where threads the
+    bot takes part in continue without a mention. Otherwise nobody needs to look."""
+    return (
+        not addressed(inbound, settings=settings)
+        and access.continue_threads
+        and inbound.thread.thread is not None
+    )
 
 
 def cap_inbound(inbound: Inbound, limit: int) -> tuple[Inbound, int]:

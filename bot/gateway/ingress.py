@@ -40,6 +40,7 @@ from bot.gateway.admission import (
     cap_inbound,
     decide,
     platform_access,
+    session_counts,
 )
 from bot.gateway.inbox import save_attachments
 from bot.observe import tracing
@@ -75,7 +76,8 @@ class Message:
         job_id: The turn job id its dedupe claim reserved.
         bound: The thread-bound child it is written to (None: none).
         cut: Characters cut off its text (0: none).
-        session_exists: Its session has history (a thread the bot takes part in).
+        session_exists: Its session has history (a thread the bot takes part in); False
+            when the verdict does not depend on it (:func:`~bot.gateway.admission.session_counts`).
     """
 
     inbound: Inbound
@@ -160,13 +162,16 @@ class Ingress:
         inbound, cut = cap_inbound(inbound, self.deps.settings.gateway.max_inbound_chars)
         inbound, bound = self._bound(inbound)
         session_key = self.session_key(inbound)
+        access = platform_access(self.deps.settings, inbound.thread.platform)
+        asks = session_counts(inbound, settings=self.deps.settings, access=access)
         return Message(
             inbound=inbound,
             session_key=session_key,
             job_id=job_id,
             bound=bound,
             cut=cut,
-            session_exists=bound is not None or self.deps.history.exists(session_key),
+            # read only where the verdict depends on it (a bound child's thread: always)
+            session_exists=bound is not None or (asks and self.deps.history.exists(session_key)),
         )
 
     def route(self, message: Message) -> Handler:

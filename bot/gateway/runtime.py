@@ -49,7 +49,6 @@ from bot.ports import ChannelAdapter
 from bot.redis.connect import connect_async
 from bot.redis.watch import RedisWatch
 from bot.runs.naming import run_title
-from bot.store.metrics import GatewayMetrics
 from bot.store.outbox import Outbox
 from bot.supervise.aio import cancel_all
 from bot.types import Inbound, ThreadRef
@@ -96,9 +95,7 @@ class Gateway:
         self.ingress = Ingress(deps=self.deps, router=router or default_router())
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.aredis = async_client(settings.redis_url)
-        self.observer = GatewayObserver(
-            metrics=GatewayMetrics(redis=self.aredis, keys=self.deps.keys)
-        )
+        self.observer = GatewayObserver(metrics=self.deps.metrics)
         self.redis_watch = RedisWatch(
             url=settings.redis_url,
             who="gateway",
@@ -153,6 +150,7 @@ class Gateway:
         self._tasks = [
             asyncio.create_task(self.egress.run(), name="egress"),
             asyncio.create_task(self.progress.run(), name="progress"),
+            asyncio.create_task(self.observer.flushing(), name="metrics"),
         ]
         # Each adapter on its own: one whose platform is down is retried in the background.
         await self.starter.start_all(self.adapters.values())
@@ -190,7 +188,11 @@ class Gateway:
     def _observe_routes(self) -> list[web.RouteDef]:
         if not self.settings.observe.http_endpoints:
             return []
-        return observe_routes(deps=self.observer.scrape_deps(self.settings), ready=self._ready)
+        return observe_routes(
+            deps=self.observer.scrape_deps(self.settings),
+            ready=self._ready,
+            flush=self.observer.flush,
+        )
 
     async def _ready(self) -> list[Check]:
         retrying = self.starter.retrying
@@ -238,6 +240,7 @@ class Gateway:
         await cancel_all(self._tasks)
         await self.egress.close()
         await self.progress.close()
+        await self.observer.flush()  # what the last deliveries counted
         for adapter in self.adapters.values():
             with contextlib.suppress(Exception):
                 await adapter.stop()

@@ -15,9 +15,12 @@ the shared state and exported by any process. fanbot keeps them in Redis:
   if the directory is cleaned up with care (``mark_process_dead``) at every restart.
 - **They survive restarts.** A worker restart (a deploy, a crash) keeps the counts;
   Prometheus still handles a reset (a Redis flush) as a counter reset.
-- **One write where the work is done.** A job adds its counts with ``HINCRBY`` in one
-  pipeline (histograms are hashes of bucket counters), a few microseconds next to a model
-  call; nothing is kept in a horse's memory, which ``os._exit`` would lose.
+- **Few writes.** Each process adds its counts up in memory and writes them with
+  ``HINCRBY`` in one pipeline at most ``FLUSH_SECONDS`` (5) later (histograms are hashes
+  of bucket counters): a run's with its terminal transition (the finalize script), any
+  job's at its end, before its horse's ``os._exit``; the gateway's every five seconds and
+  before each scrape of its ``/metrics``. A busy process writes each series once per
+  flush, not once per event (see :mod:`bot.store.metrics`).
 
 Gauges (queue depths, workers, active runs, the outbox backlog, dead letters) are not
 stored at all: each scrape reads them from RQ and Redis. The price of totals from any

@@ -18,6 +18,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 from aiohttp import web
+from redis.exceptions import RedisError
 
 from bot.config import Settings
 from bot.deps import Deps
@@ -25,7 +26,7 @@ from bot.observe import metric_defs as catalog
 from bot.observe import tracing
 from bot.observe.export import CONTENT_TYPE_LATEST, render, scrape_deps
 from bot.observe.health import ALIVE, Check, verdict
-from bot.store.metrics import GatewayMetrics, Update
+from bot.store.metrics import FLUSH_SECONDS, MetricsStore, Update
 from bot.store.outbox import entry_time
 from bot.types import Inbound, Outbound, OutboundKind
 
@@ -37,13 +38,15 @@ BAD_REQUEST_STATUSES = frozenset({400, 401, 403, 413, 415})
 
 @dataclass(kw_only=True)
 class GatewayObserver:
-    """Writes the gateway's metric events; knows which adapters run.
+    """Counts the gateway's metric events; knows which adapters run.
 
     Args:
-        metrics: The metrics writer on the gateway's async client.
+        metrics: The gateway process's metrics (its sync stores'): events are kept there
+            and written by :meth:`flushing` every :data:`~bot.store.metrics.FLUSH_SECONDS`,
+            before each scrape of ``/metrics`` and at the gateway's stop.
     """
 
-    metrics: GatewayMetrics
+    metrics: MetricsStore
     started: set[str] = field(default_factory=set)
     _scrape: Deps | None = None
 
@@ -59,11 +62,24 @@ class GatewayObserver:
             self._scrape = None
 
     async def add(self, updates: Sequence[Update]) -> None:
-        """Apply ``updates`` (best effort: a metric is never worth failing a message)."""
+        """Count ``updates`` (kept in memory: no round trip)."""
+        self.metrics.add(updates)
+
+    async def flush(self) -> None:
+        """Write what is kept, off the event loop (best effort: a metric is never worth
+        failing a message; what Redis refused is kept for the next flush)."""
+        if not self.metrics.pending:
+            return
         try:
-            await self.metrics.write(updates)
-        except (aioredis.RedisError, OSError) as exc:
-            log.debug("metrics not recorded: %s", exc)
+            await asyncio.to_thread(self.metrics.flush)
+        except (RedisError, OSError) as exc:
+            log.debug("metrics not written yet: %s", exc)
+
+    async def flushing(self) -> None:
+        """Flush every :data:`~bot.store.metrics.FLUSH_SECONDS`, until cancelled."""
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            await self.flush()
 
 
 class _Result(Protocol):
@@ -141,10 +157,15 @@ def counted_routes(
 ReadyCheck = Callable[[], Awaitable[list[Check]]]
 
 
-def observe_routes(*, deps: Deps, ready: ReadyCheck) -> list[web.RouteDef]:
-    """``/metrics`` (Prometheus text), ``/healthz`` and ``/readyz`` (JSON)."""
+def observe_routes(
+    *, deps: Deps, ready: ReadyCheck, flush: Callable[[], Awaitable[None]] | None = None
+) -> list[web.RouteDef]:
+    """``/metrics`` (Prometheus text; ``flush``: write this process's kept metrics
+    first), ``/healthz`` and ``/readyz`` (JSON)."""
 
     async def metrics(_request: web.Request) -> web.Response:
+        if flush is not None:
+            await flush()
         body = await asyncio.to_thread(render, deps)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

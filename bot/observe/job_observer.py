@@ -3,7 +3,9 @@
 ``workers.jobs`` wraps each job in :func:`job_scope`: log lines inside carry the run id and
 session key, the job's span continues the trace its payload or run record carries, the
 time it waited in its queue is recorded, and every model call it makes reports its tokens
-and cost (and, in a run, the first one its first token) to the cluster's metrics.
+and cost (and, in a run, the first one its first token) to the cluster's metrics. The
+updates are kept in the process (no round trip before the first model request) and
+written by the run's finalize script, or when they are due, or at the job's end.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from bot.observe import metric_defs as catalog
 from bot.observe import record, tracing
 from bot.observe.scope import bound
 from bot.prices import estimate_cost
-from bot.store.metrics import Update
 from bot.types import RunRecord, Usage
 
 
@@ -39,9 +40,8 @@ def job_scope(
     if run is not None:
         session_key, traceparent = run.session_key, run.traceparent or traceparent
         enqueued_at = run.created_at
-    # The queue wait goes out with the job's first model metrics (or at its end), so the
-    # first model request does not wait for one more round trip.
-    pending = catalog.queue_wait(queue, time.time() - enqueued_at) if enqueued_at else []
+    if enqueued_at:
+        record.write(deps, catalog.queue_wait(queue, time.time() - enqueued_at))
     attrs = {"fanbot.session_key": session_key, "fanbot.queue": queue}
     if run_id:
         attrs["fanbot.run_id"] = run_id
@@ -51,37 +51,28 @@ def job_scope(
             bound(
                 run_id=run_id,
                 session_key=session_key,
-                on_model_call=lambda model, usage, ok: _model_called(
-                    deps, model, usage, ok, pending
-                ),
-                on_first_token=_first_token(deps, run, pending) if run is not None else None,
+                on_model_call=lambda model, usage, ok: _model_called(deps, model, usage, ok),
+                on_first_token=_first_token(deps, run) if run is not None else None,
             ),
         ):
             yield
     finally:
-        if pending:
-            record.write(deps, _taken(pending))
+        record.flush(deps)  # a run's end carried most of them (its finalize script)
         tracing.flush()  # RQ ends the horse with os._exit: buffered spans would be lost
 
 
-def _taken(pending: list[Update]) -> list[Update]:
-    taken = list(pending)
-    pending.clear()
-    return taken
-
-
-def _model_called(deps: Deps, model: str, usage: Usage, ok: bool, pending: list[Update]) -> None:
+def _model_called(deps: Deps, model: str, usage: Usage, ok: bool) -> None:
     cost = estimate_cost(model, usage, deps.settings.prices) if usage.total else None
-    record.write(deps, [*_taken(pending), *catalog.model_call(model, usage, cost, ok=ok)])
+    record.write(deps, catalog.model_call(model, usage, cost, ok=ok))
 
 
-def _first_token(deps: Deps, run: RunRecord, pending: list[Update]) -> Callable[[], None]:
+def _first_token(deps: Deps, run: RunRecord) -> Callable[[], None]:
     seen = [False]
 
     def first() -> None:
         if not seen[0]:
             seen[0] = True
             waited = catalog.first_token(run.subagent_type, time.time() - run.created_at)
-            record.write(deps, [*_taken(pending), *waited])
+            record.write(deps, waited)
 
     return first

@@ -1,7 +1,9 @@
 """One-line hooks that record a metric event from sync code (runs, jobs, ingress).
 
-Each writes its updates in one pipeline and never raises: a metric that cannot be written
-(Redis gone for a moment) is logged at debug level and lost, and the work goes on.
+Each adds its updates to the ones this process keeps (:mod:`bot.store.metrics`), written
+in one pipeline once they have waited long enough, and never raises: a metric that cannot
+be written (Redis gone for a moment) is logged at debug level and kept for the next
+flush, and the work goes on.
 """
 
 from __future__ import annotations
@@ -19,11 +21,19 @@ log = logging.getLogger(__name__)
 
 
 def write(deps: Deps, updates: list[Update]) -> None:
-    """Apply ``updates`` to the cluster's metrics (best effort)."""
+    """Count ``updates`` in the cluster's metrics: kept, and written with the others kept
+    once they are due (best effort)."""
+    deps.metrics.add(updates)
+    if deps.metrics.due():
+        flush(deps)
+
+
+def flush(deps: Deps) -> None:
+    """Write the updates this process keeps now (best effort)."""
     try:
-        deps.metrics.write(updates)
+        deps.metrics.flush()
     except (RedisError, OSError) as exc:
-        log.debug("metrics not recorded: %s", exc)
+        log.debug("metrics not written yet: %s", exc)
 
 
 def run_spawned(deps: Deps, record: RunRecord) -> None:

@@ -44,6 +44,38 @@ def _stale(exc: redis.ResponseError) -> bool:
     return str(exc).startswith(STALE_MASTER)
 
 
+class _Fresh:
+    """A new socket's handshake goes without a health check first: the handshake itself
+    shows the connection works (redis-py sends a ``PING`` before the ``HELLO`` of each
+    new connection, one round trip more per connection, two per run's job process). The
+    health check of a connection left idle stays."""
+
+    def on_connect_check_health(self, check_health: bool = True) -> None:
+        super().on_connect_check_health(check_health=False)  # type: ignore[misc]
+
+
+class _FreshTCP(_Fresh, redis.Connection):
+    pass
+
+
+class _FreshTLS(_Fresh, redis.SSLConnection):
+    pass
+
+
+class _FreshUnix(_Fresh, redis.UnixDomainSocketConnection):
+    pass
+
+
+def _fresh_class(url: str) -> type[redis.Connection] | type[redis.UnixDomainSocketConnection]:
+    """The sync connection class for a one-node ``url`` (TCP, TLS or unix socket)."""
+    chosen = parse_url(url).get("connection_class")  # type: ignore[no-untyped-call]
+    if chosen is not None and issubclass(chosen, redis.UnixDomainSocketConnection):
+        return _FreshUnix
+    if chosen is not None and issubclass(chosen, redis.SSLConnection):
+        return _FreshTLS
+    return _FreshTCP
+
+
 class _FollowMaster(SentinelManagedConnection):
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         # redis-py reconnects a dropped connection here to the host it had (the old master
@@ -131,6 +163,8 @@ def connect(
     if retries:
         options["retry"] = Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=retries)
         options["retry_on_error"] = [redis.ConnectionError, redis.TimeoutError]
+    if not is_sentinel(url):
+        options["connection_class"] = _fresh_class(url)
     follow = (_SentinelMaster, _FollowMaster, _FollowMasterTLS)
     return _build(url, Redis, Sentinel, options, follow)
 

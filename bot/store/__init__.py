@@ -36,8 +36,8 @@ module               owner on ``Deps``    what it owns
 ``workspace``        ``workspace``        the session's shared files
 ``leases``           ``leases``           short leases for periodic jobs (the sweep)
 ``lost_jobs``        ``lost_jobs``        when each job RQ lost was first seen lost
-``metrics``          ``metrics``          cluster-wide counters and histograms
-                                          (the gateway's async writer ``GatewayMetrics``)
+``metrics``          ``metrics``          cluster-wide counters and histograms, and the
+                                          updates this process keeps until it writes them
 ``owner``                                 what every owner keeps: client, keys, scripts
 ===================  ===================  ==================================================
 """

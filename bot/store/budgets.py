@@ -12,8 +12,9 @@ many processes share it, its spend passes the limit by at most the one reservati
 last (as long as no call uses more than its estimate). A hold whose process died expires
 (``expires_at``) and stops counting at the next reservation.
 
-Each settled call also names its daily scopes in ``budget:day:{day}``, so
-:meth:`Budgets.day_usage` can list a day's totals without a scan.
+A counter gets its expiry at its first spend (a reservation renews it), and a daily scope
+is named in ``budget:day:{day}`` by its first settled call, so :meth:`Budgets.day_usage`
+can list a day's totals without a scan; later calls only add to the counters.
 """
 
 from __future__ import annotations
@@ -75,23 +76,27 @@ per scope ("" = no limit), then the hold id. Returns ``{1, tokens, usd, ...}`` p
 _SETTLE = """
 local n = tonumber(ARGV[4])
 local out = {}
+local added = 0
 for i = 1, n do
   local key = KEYS[i]
-  redis.call('HDEL', key, 'h:' .. ARGV[1])
-  out[#out + 1] = redis.call('HINCRBY', key, 'tokens', ARGV[2])
+  if ARGV[1] ~= '' then redis.call('HDEL', key, 'h:' .. ARGV[1]) end
+  local tokens = redis.call('HINCRBY', key, 'tokens', ARGV[2])
+  out[#out + 1] = tokens
   out[#out + 1] = redis.call('HINCRBYFLOAT', key, 'usd', ARGV[3])
-  redis.call('EXPIRE', key, ARGV[5])
-end
-if #ARGV > 5 then
-  for j = 6, #ARGV do
-    redis.call('SADD', KEYS[n + 1], ARGV[j])
+  if tokens == tonumber(ARGV[2]) then
+    -- its first spend: its expiry, and a daily scope joins its day's index
+    redis.call('EXPIRE', key, ARGV[5])
+    if ARGV[5 + i] ~= '' then added = added + redis.call('SADD', KEYS[n + 1], ARGV[5 + i]) end
   end
-  redis.call('EXPIRE', KEYS[n + 1], ARGV[5])
 end
+if added > 0 then redis.call('EXPIRE', KEYS[n + 1], ARGV[5]) end
 return out
 """
-"""KEYS: scope hashes, then the day index. ARGV: hold id, tokens, usd, #scopes, ttl, then
-the day index members (``kind|ident``)."""
+"""KEYS: scope hashes, then the day index. ARGV: hold id ("" = nothing held), tokens, usd,
+#scopes, ttl, then per scope its day index member (``kind|ident``; "" for a scope that is
+not daily). A scope whose ``tokens`` were 0 before (a new counter) gets its expiry and, if
+daily, its place in the day's index; the others have both already (one command each less
+per call and scope)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +160,8 @@ class Budgets(RedisOwner):
     Args:
         redis: Sync client.
         keys: Key builder.
-        ttl_seconds: Every counter expires this long after its last change.
+        ttl_seconds: Every counter expires this long after its first spend (a reservation
+            renews it).
     """
 
     _reserve = Lua(_RESERVE)
@@ -198,7 +204,7 @@ class Budgets(RedisOwner):
         scopes = reservation.scopes
         daily = sorted({s.day for s in scopes if s.kind in DAILY_KINDS})
         keys = [self.key(s) for s in scopes]
-        members = [f"{s.kind}|{s.ident}" for s in scopes if s.kind in DAILY_KINDS]
+        members = [f"{s.kind}|{s.ident}" if s.kind in DAILY_KINDS else "" for s in scopes]
         keys.append(self.keys.budget_day(daily[0] if daily else ""))
         args: list[Any] = [reservation.hold_id, tokens, repr(usd), len(scopes), self.ttl]
         raw: list[Any] = self._settle(keys=keys, args=args + members)

@@ -47,10 +47,12 @@ return 0
 _OBSERVE = """
 local delivered = redis.call('EXISTS', KEYS[1])
 local pending = redis.call('XPENDING', KEYS[2], ARGV[4], ARGV[1], ARGV[1], 1)
-local holder = redis.call('GET', KEYS[3])
-if delivered == 0 and #pending > 0 and not holder then
-  redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
+local holder = nil
+if delivered == 0 and #pending > 0
+    and redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then
   holder = ARGV[2]
+else
+  holder = redis.call('GET', KEYS[3])
 end
 local deliveries = 0
 if #pending > 0 then deliveries = pending[1][4] end
@@ -309,7 +311,9 @@ class Outbox(AsyncRedisOwner):
         return {int(index): str(value) for index, value in parts.items()}
 
     async def record_part(self, key: str, index: int, message_id: str) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
+        # No MULTI: both writes are idempotent and a pipeline cut short is sent again whole
+        # (the client retries), so the part is recorded with its expiry either way.
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(self.keys.parts(key), str(index), message_id)
             pipe.expire(self.keys.parts(key), DELIVERED_TTL)
             await pipe.execute()

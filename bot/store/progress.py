@@ -180,7 +180,9 @@ class ProgressStore(AsyncRedisOwner):
 
     async def remember_status(self, run_id: str, message_id: str) -> None:
         key = self.keys.status_message(run_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
+        # No MULTI: an expiry lost with a broken connection is set again when the run is
+        # archived (RunsRegistry.mark_archived), and the id alone is harmless meanwhile.
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(key, "id", message_id)
             pipe.expire(key, STATUS_TTL)
             await pipe.execute()

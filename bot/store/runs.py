@@ -25,7 +25,7 @@ from bot.store.finalize_script import FinalizeParts, FinalizeScript
 from bot.store.history import append_history_part
 from bot.store.joins import JOIN_TTL_SECONDS, leave_join_part
 from bot.store.lua_parts import Fragment, Part
-from bot.store.metrics import MetricsStore, Update
+from bot.store.metrics import MetricsStore, Update, Write
 from bot.store.outbox import put_outbound_part
 from bot.store.owner import Lua, RedisOwner
 from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA, final_progress_part
@@ -50,21 +50,26 @@ STOP_FLAG_TTL = 86_400
 _END_RUN = """
 local function end_run(k, a)
   if k[5] ~= '' then redis.call('SET', k[5], '1', 'EX', a[6]) end
-  local cur = redis.call('HGET', k[1], 'status')
+  local now = redis.call('HMGET', k[1], 'status', a[7])
+  local cur, tools = now[1], now[2]
   if cur ~= 'queued' and cur ~= 'running' then return 0 end
-  redis.call('HSET', k[1], 'status', a[1], 'ended_at', a[2])
   local fields = cjson.decode(a[5])
+  redis.call('HSET', k[1], 'status', a[1], 'ended_at', a[2], unpack(fields))
   for i = 1, #fields, 2 do
-    redis.call('HSET', k[1], fields[i], fields[i + 1])
+    if fields[i] == a[7] then tools = fields[i + 1] end
   end
   redis.call('SREM', k[2], a[3])
-  redis.call('DEL', k[3])
   if a[4] ~= '' then redis.call('ZADD', k[4], a[4], a[3]) end
-  local tools = redis.call('HGET', k[1], a[7])
   if not tools or not string.match(tools, '^%d+$') then tools = '0' end
   local inbox = redis.call('LRANGE', k[6], 0, -1)
-  local receipts = redis.call('LRANGE', k[7], 0, -1)
-  redis.call('DEL', k[6], k[7])
+  local receipts = {}
+  if #inbox > 0 then
+    -- pushed and drained together with the inbox: empty when it is
+    receipts = redis.call('LRANGE', k[7], 0, -1)
+    redis.call('DEL', k[3], k[6], k[7])
+  else
+    redis.call('DEL', k[3])
+  end
   return 1, tools, inbox, receipts
 end
 """
@@ -109,30 +114,29 @@ _START = (
     + PUT_PROGRESS_LUA
     + """
 local record = redis.call('HGETALL', KEYS[1])
-local status = redis.call('HGET', KEYS[1], 'status')
-local started = 0
+local run = {}
+for i = 1, #record, 2 do run[record[i]] = record[i + 1] end
+local writes = nil
 if ARGV[3] == '1' then
-  local parked = redis.call('HGET', KEYS[1], 'parked_at')
-  if status == 'running' and parked and parked ~= '' then
-    redis.call('HSET', KEYS[1], 'parked_at', '')
-    started = 1
-  end
-elseif status == 'queued' then
-  redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1])
-  started = 1
+  local parked = run['parked_at']
+  if run['status'] == 'running' and parked and parked ~= '' then writes = {'parked_at', ''} end
+elseif run['status'] == 'queued' then
+  writes = {'status', 'running', 'started_at', ARGV[1]}
 end
-if started == 1 then
+local started = 0
+if writes then
+  started = 1
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   if ARGV[6] ~= '' then
-    local session = redis.call('HGET', KEYS[1], 'session_key') or ''
-    local flat = file_hashes(ARGV[4] .. session, ARGV[5])
+    local flat = file_hashes(ARGV[4] .. (run['session_key'] or ''), ARGV[5])
     local snapshot = {}
     for i = 1, #flat, 2 do snapshot[flat[i]] = flat[i + 1] end
-    redis.call('HSET', KEYS[1], ARGV[6], cjson.encode(snapshot))
+    writes[#writes + 1] = ARGV[6]
+    writes[#writes + 1] = cjson.encode(snapshot)
   end
+  redis.call('HSET', KEYS[1], unpack(writes))
   if ARGV[7] ~= '' then
-    local thread = redis.call('HGET', KEYS[1], 'thread') or ''
-    put_progress(KEYS[5], ARGV[9], ARGV[8], thread, ARGV[7], ARGV[1])
+    put_progress(KEYS[5], ARGV[9], ARGV[8], run['thread'] or '', ARGV[7], ARGV[1])
   end
 end
 return {started, redis.call('EXISTS', KEYS[3]), record, redis.call('LLEN', KEYS[4])}
@@ -249,17 +253,25 @@ class RunsRegistry(RedisOwner):
         redis: A sync Redis client (``decode_responses`` off).
         keys: The key builder for this deployment's prefix.
         history_max: How many history messages a requester session keeps.
+        metrics: This process's metrics (the finalize script writes the updates it keeps).
     """
 
     _create_joined = Lua(_CREATE_JOINED)
     _start = Lua(_START)
     _places = Lua(_PLACES)
 
-    def __init__(self, *, redis: redis.Redis, keys: Keys, history_max: int = 60) -> None:
+    def __init__(
+        self,
+        *,
+        redis: redis.Redis,
+        keys: Keys,
+        history_max: int = 60,
+        metrics: MetricsStore | None = None,
+    ) -> None:
         super().__init__(redis=redis, keys=keys)
         self.history_max = history_max
         self._finalize = FinalizeScript(redis=redis, end_run=END_RUN)
-        self._metrics = MetricsStore(redis=redis, keys=keys)
+        self._metrics = metrics or MetricsStore(redis=redis, keys=keys)
 
     def next_seq(self, session_key: str) -> int:
         return int(self.redis.incr(self.keys.session_seq(session_key)))
@@ -495,9 +507,26 @@ class RunsRegistry(RedisOwner):
         """Atomically end ``record``'s run: :attr:`Ended.code` 0 if it had ended already, 1
         if this call ended it, 2 if that also fired its join (it was the join's last pending
         run), with the messages the run never read (taken from its inbox by the same script).
-        The script's compare-and-set is the decision (:mod:`bot.store.finalize_script`)."""
+        The script's compare-and-set is the decision (:mod:`bot.store.finalize_script`);
+        it also writes the metric updates this process kept (:mod:`bot.store.metrics`)."""
+        with self._metrics.carried() as carried:
+            parts = self._parts(record, outcome, carried, slot_key, join_grace)
+            code, inbox, receipts = self._finalize(parts)
+        if code == 0:  # it had ended: the script stopped before the metrics
+            self._metrics.keep(carried)
+        ids = [as_text(r) for r in receipts] + [""] * len(inbox)
+        return Ended(code=code, leftovers=tuple((as_text(m), ids[i]) for i, m in enumerate(inbox)))
+
+    def _parts(
+        self,
+        record: RunRecord,
+        outcome: Finalization,
+        carried: list[Write],
+        slot_key: str | None,
+        join_grace: float,
+    ) -> FinalizeParts:
         started = record.started_at
-        parts = FinalizeParts(
+        return FinalizeParts(
             recheck=recheck_run_part(self.keys, record.run_id, at=outcome.recheck_at),
             end=self._end_part(record, outcome),
             announce=put_outbound_part(self.keys, outcome.announce),
@@ -517,7 +546,7 @@ class RunsRegistry(RedisOwner):
                 elapsed=None if started is None else outcome.ended_at - started,
                 quiet=outcome.quiet,
             ),
-            metrics=self._metrics.part(outcome.metrics),
+            metrics=self._metrics.part(outcome.metrics, carried),
             join=leave_join_part(
                 self.keys,
                 record.join_id,
@@ -526,9 +555,6 @@ class RunsRegistry(RedisOwner):
                 grace=join_grace,
             ),
         )
-        code, inbox, receipts = self._finalize(parts)
-        ids = [as_text(r) for r in receipts] + [""] * len(inbox)
-        return Ended(code=code, leftovers=tuple((as_text(m), ids[i]) for i, m in enumerate(inbox)))
 
     def _end_part(self, record: RunRecord, outcome: Finalization) -> Part:
         """:data:`END_RUN`'s part: the status and fields to write."""

@@ -26,7 +26,7 @@ from bot.runs.budget import (
     utc_day,
 )
 from bot.runs.type_registry import subagent_types
-from bot.store.budgets import Budgets, SpendScope
+from bot.store.budgets import Budgets, Reservation, SpendScope
 from bot.types import Usage
 from tests.integration.test_finalize import deps_for, make_run
 
@@ -318,3 +318,32 @@ def test_sessions_spawn_refuses_with_a_tool_error_once_the_thread_spent_its_day(
         "00:00 UTC; no subagent was started"
     )
     deps.close()
+
+
+def test_a_counter_gets_its_expiry_and_its_day_entry_at_its_first_spend_only(
+    redis_url: str,
+) -> None:
+    store = budgets(redis_url)
+    day = utc_day(time.time())
+    scopes = [
+        SpendScope(kind="run", ident="r1"),
+        SpendScope(kind="thread", ident=SESSION, day=day),
+        SpendScope(kind="user", ident="u", day=day),
+    ]
+    unheld = store.settle(_unheld(scopes), tokens=10, usd=0.5)
+    assert [s.tokens for s in unheld] == [10, 10, 10]
+    for key in [*(store.key(s) for s in scopes), store.keys.budget_day(day)]:
+        assert 0 < store.redis.ttl(key) <= store.ttl
+    store.redis.config_resetstat()
+    again = store.settle(_unheld(scopes), tokens=5, usd=0.25)
+    assert [(s.tokens, s.usd) for s in again] == [(15, 0.75)] * 3
+    calls = {
+        k.removeprefix("cmdstat_"): v["calls"] for k, v in store.redis.info("commandstats").items()
+    }
+    assert "expire" not in calls and "sadd" not in calls and "hdel" not in calls
+    rows = store.day_usage(day)
+    assert [(k, i, s.tokens) for k, i, s in rows] == [("thread", SESSION, 15), ("user", "u", 15)]
+
+
+def _unheld(scopes: list[SpendScope]) -> Reservation:
+    return Reservation(hold_id="", scopes=tuple(scopes), ok=True)  # no limit: nothing held

@@ -40,3 +40,19 @@ def test_a_new_connection_names_no_library_before_its_first_command(
     assert "HELLO 3" in ours and not any(c.startswith("CLIENT") for c in ours), ours
     default = sent_by_a_new_client(redis_url, redis.Redis.from_url, monkeypatch)
     assert default.count("CLIENT SETINFO") == 2, default  # what redis-py does by itself
+
+
+def test_a_new_connection_sends_no_health_check_before_its_handshake(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def first_get(url: str) -> redis.Redis:
+        client = connect(url)
+        client.get("k")
+        return client
+
+    ours = sent_by_a_new_client(redis_url, first_get, monkeypatch)
+    assert ours == ["HELLO 3", "GET k", "PING"], ours  # the PING: the helper's own
+    with_check = sent_by_a_new_client(
+        redis_url, lambda u: redis.Redis.from_url(u, health_check_interval=15), monkeypatch
+    )
+    assert with_check[:2] == ["HELLO 3", "PING"], with_check  # what redis-py does by itself

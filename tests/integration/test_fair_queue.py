@@ -310,3 +310,36 @@ def test_stopping_a_parked_run_takes_its_waiting_resume_job_out_of_the_line(deps
     assert queued(deps) == [busy[1].job_id, waiting.job_id]
     stored = deps.runs.get(run.run_id)
     assert stored is not None and stored.status is RunStatus.STOPPED and not stored.resume_job
+
+
+def _admitted_state(deps: Deps, run: RunRecord) -> dict[str, object]:
+    """What an admission leaves of ``run`` (its times and own id's fields aside)."""
+    job = deps.redis.hgetall(Job.key_for(run.job_id))
+    assert job[b"enqueued_at"]
+    own = (b"enqueued_at", b"created_at", b"data", b"description")
+    return {
+        "job": {k: v for k, v in job.items() if k not in own},
+        "queued": queued(deps) == [run.job_id],
+        "slot": deps.redis.zscore(deps.keys.fair_slots, run.job_id) is not None,
+        "served": deps.redis.hget(deps.keys.fair_served, run.session_key),
+        "ring": deps.redis.zrange(deps.keys.fair_sessions, 0, -1),
+        "line": deps.redis.llen(deps.keys.fair_waiting(run.session_key)),
+    }
+
+
+def test_a_run_taking_a_free_slot_at_once_is_admitted_as_through_the_line(
+    deps: Deps, redis_url: str
+) -> None:
+    deps.redis.config_resetstat()
+    free = spawn_run(deps, thread=A, task="free")  # nobody waits, a slot is free
+    stats = deps.redis.info("commandstats")
+    assert "cmdstat_lpos" not in stats and "cmdstat_lpop" not in stats  # never in the line
+    fast = _admitted_state(deps, free)
+    deps.redis.flushall()
+    capped = make_deps(redis_url, max_concurrent=2, max_concurrent_per_session=2)
+    try:
+        lined = _admitted_state(capped, spawn_run(capped, thread=A, task="free"))  # the line
+    finally:
+        capped.close()
+    assert fast == lined
+    assert fast["job"][b"status"] == b"queued" and fast["queued"] and fast["slot"]  # type: ignore[index]

@@ -20,13 +20,14 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import RunStopped
 from bot.observe.job_observer import job_scope
+from bot.observe.scope import current
 from bot.runs.execute import execute_run, start_run
 from bot.runs.finalize import finalize_run
 from bot.runs.outfiles import SNAPSHOT_FIELD, announce_files
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.progress import decode
-from bot.types import RunRecord, RunStatus, ThreadRef
+from bot.types import RunRecord, RunStatus, ThreadRef, Usage
 
 SESSION = "agent:main:telegram:1:topic:2"
 THREAD = ThreadRef(platform="telegram", account="1", chat="1", thread="2")
@@ -211,3 +212,26 @@ def test_the_queue_wait_is_recorded_with_the_first_metrics_or_at_the_end(deps: D
 
 def _never(record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
     raise AssertionError("the body of a run that did not start ran")
+
+
+def test_a_runs_metrics_go_out_with_its_end_in_the_finalize_script(deps: Deps) -> None:
+    record = make_run(deps)
+
+    def body(record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
+        report = current().on_model_call
+        assert report is not None
+        report("m", Usage(prompt_tokens=3, completion_tokens=4), True)
+        assert deps.metrics.read().counters == {}  # kept in the process meanwhile
+        return LoopResult(text="done", complete=True)
+
+    with job_scope(deps, queue="subagents", run_id="r1", run=record):
+        assert execute_run(deps, "r1", body) == "success"
+        assert not deps.metrics.pending  # the finalize script took them
+        snap = deps.metrics.read()
+    counters: dict[str, float] = {}
+    for (name, _), value in snap.counters.items():
+        counters[name] = counters.get(name, 0) + value
+    assert counters["fanbot_model_calls"] == 1 and counters["fanbot_runs_ended"] == 1
+    assert counters["fanbot_model_tokens"] == 7
+    waits = [h.count for (name, _), h in snap.histograms.items() if "queue_wait" in name]
+    assert waits == [1]

@@ -1,7 +1,7 @@
 import pytest
 
 from bot.config import PlatformAccess, Settings
-from bot.gateway.admission import Verdict, decide
+from bot.gateway.admission import Verdict, decide, session_counts
 from bot.types import Inbound, Sender, ThreadRef
 
 
@@ -51,3 +51,15 @@ def test_middleware_rules(
         session_exists=session_exists,
     )
     assert result is verdict
+
+
+@pytest.mark.parametrize(("fields", "access", "session_exists", "verdict"), CASES)
+def test_the_session_is_asked_about_only_where_it_changes_the_verdict(
+    fields: dict[str, object], access: dict[str, object], session_exists: bool, verdict: Verdict
+) -> None:
+    message, settings = inbound(**fields), Settings()
+    rules = PlatformAccess(**access)  # type: ignore[arg-type]
+    both = {
+        decide(message, settings=settings, access=rules, session_exists=e) for e in (False, True)
+    }
+    assert session_counts(message, settings=settings, access=rules) or len(both) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,57 @@ def test_the_store_counts_and_observes_in_redis(rconn: redis.Redis) -> None:
     hist = snap.histograms[("h", (("q", "a"),))]
     assert (hist.count, hist.sum) == (2, pytest.approx(7.3))
     assert hist.cumulative() == [(1.0, 1), (math.inf, 2)]
+
+
+def test_kept_updates_merge_per_field_and_are_written_in_one_pipeline(rconn: redis.Redis) -> None:
+    store = MetricsStore(redis=rconn, keys=Keys(prefix="t:"))
+    store.add([Count("c", {"k": "v"}), Observe("h", {}, 0.3, (1.0,))])
+    store.add([Count("c", {"k": "v"}, 2), Count("f", {}, 0.25), Observe("h", {}, 0.5, (1.0,))])
+    assert not store.due()  # just added
+    assert store.read().counters == {}  # kept, not written
+    assert sorted(w[2] for w in store.pending.take()) == [
+        'c|{"k":"v"}',
+        "f|{}",
+        "h|{}|1.0",
+        "h|{}|sum",
+    ]  # one write per field: 3 events of c, 2 of h's bucket
+    store.add([Count("c", {"k": "v"}, 3), Observe("h", {}, 0.3, (1.0,))])
+    rconn.config_resetstat()
+    store.flush()
+    assert not store.pending
+    assert rconn.info("commandstats")["cmdstat_hincrby"]["calls"] == 2  # c, h's bucket
+    snap = store.read()
+    assert snap.counters == {("c", (("k", "v"),)): 3.0}
+    assert snap.histograms[("h", ())].count == 1  # the buckets say it
+
+
+def test_a_histogram_count_an_older_version_stored_is_not_read(rconn: redis.Redis) -> None:
+    store = MetricsStore(redis=rconn, keys=Keys(prefix="t:"))
+    rconn.hset(store.keys.metrics_histograms, mapping={"h|{}|1.0": 2, "h|{}|count": 2})
+    store.write([Observe("h", {}, 5.0, (1.0,))])
+    assert store.read().histograms[("h", ())].count == 3
+
+
+def test_kept_updates_come_back_when_their_write_fails(rconn: redis.Redis) -> None:
+    store = MetricsStore(redis=rconn, keys=Keys(prefix="t:"))
+    store.add([Count("c", {})])
+    with pytest.raises(RuntimeError), store.carried() as writes:
+        assert writes and not store.pending
+        raise RuntimeError("the script failed")
+    assert store.pending
+    part = store.part([Count("c", {})], store.pending.take())
+    assert json.loads(str(part.args[0])) == [["HINCRBY", 1, "c|{}", "2"]]  # merged
+
+
+def test_a_forked_child_starts_with_nothing_kept(rconn: redis.Redis) -> None:
+    store = MetricsStore(redis=rconn, keys=Keys(prefix="t:"))
+    store.add([Count("c", {})])
+    pid = os.fork()
+    if pid == 0:  # the child: what it inherited is its parent's to write
+        os._exit(0 if not store.pending and store.pending.take() == [] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.pending  # still the parent's
 
 
 def _record(**changes: object) -> RunRecord:

@@ -1,8 +1,10 @@
-"""``fanbot bench soak|latency|stop|compare|map``: benchmarks against real processes and the fakes.
+"""``fanbot bench soak|latency|stop|compare|map``: benchmarks against real processes and the
+fakes.
 
-They start their own private Redis, forked workers and the fake model (the processes they
-start get a scrubbed environment; nothing external is touched), print their figures, and exit 1 when a check fails
-(``soak``: a run lost or announced twice, a dead letter, RSS growth past the bound).
+They start their own private Redis, workers and the fake model (the processes they start
+get a scrubbed environment; nothing external is touched), print their figures, and exit 1
+when a check fails (``soak``: a run lost or announced twice, a dead letter, RSS growth past
+the bound).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from bot.supervise.signals import stop_on_signal
 app = typer.Typer(
     name="bench",
     help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare "
-    "RQ), map (the code's shape and the modules one message runs through).",
+    "RQ), map (the code's shape and the modules one message runs "
+    "through).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -40,6 +43,27 @@ def _log_dir_option(*, kept: str) -> Any:
     """The ``--log-dir`` option of a benchmark whose logs, by default in a temporary
     directory, are kept on ``kept``."""
     return typer.Option(help=f"Keep process logs here (default: temp, kept on {kept}).")
+
+
+def _pool_option(*, both: bool = False) -> Any:
+    """``--pool``: the worker pool fanbot's workers run in (``fanbot worker --pool``)."""
+    extra = "; both: the threads pool, then the fork pool, beside each other" if both else ""
+    return typer.Option(help=f"fanbot's worker pool: fork or threads{extra}.")
+
+
+def _concurrency_option() -> Any:
+    return typer.Option(
+        help="threads pool: runs at once per worker process (default: its share of the cap, "
+        "plus one slot per queue's dequeuer).",
+        min=1,
+    )
+
+
+def _check_pool(command: str, pool: str, choices: tuple[str, ...]) -> None:
+    if pool not in choices:
+        typer.echo(f"fanbot bench {command}: unknown --pool {pool}; choose from "
+                   f"{', '.join(choices)}", err=True)  # fmt: skip
+        raise typer.Exit(2)
 
 
 def _need_psutil() -> None:
@@ -79,19 +103,22 @@ def soak(
     timeout: Annotated[
         float | None, typer.Option(help="Seconds to wait for all runs (default 120 + 1/run).")
     ] = None,
+    pool: Annotated[str, _pool_option()] = "fork",
+    concurrency: Annotated[int | None, _concurrency_option()] = None,
     log_dir: Annotated[Path | None, _log_dir_option(kept="FAIL")] = None,
 ) -> None:
     """Spawn many runs through gateway + workers + fakes; count lost and duplicated announces."""
     from bot.bench.soak import SoakConfig, run_soak
 
+    _check_pool("soak", pool, ("fork", "threads"))
     _need_psutil()
     directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-soak-"))
     config = SoakConfig(
         runs=runs, workers=workers, seed=seed, fail_rate=fail_rate, hang_rate=hang_rate,
         max_delay=max_delay, topics=topics, max_concurrent=max_concurrent,
         telegram_faults=telegram_faults, archive_after_minutes=archive_after_minutes,
-        rss_bound_mb=rss_bound_mb, timeout=timeout, log_dir=directory,
-        report=lambda line: typer.echo(line, err=True),
+        rss_bound_mb=rss_bound_mb, timeout=timeout, log_dir=directory, pool=pool,
+        concurrency=concurrency, report=lambda line: typer.echo(line, err=True),
     )  # fmt: skip
     try:
         with stop_on_signal() as stopping:  # spawning and waits stop, then its processes end

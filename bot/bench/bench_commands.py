@@ -25,7 +25,7 @@ from bot.supervise.signals import stop_on_signal
 app = typer.Typer(
     name="bench",
     help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare "
-    "RQ), map (the code's shape and the modules one message runs "
+    "RQ, goals met or missed), map (the code's shape and the modules one message runs "
     "through).",
     no_args_is_help=True,
     add_completion=False,
@@ -160,7 +160,15 @@ def stop(
 
 @app.command()
 def compare(
-    workers: Annotated[int, typer.Option(help="Forked workers on each side (= cap).", min=1)] = 8,
+    pool: Annotated[str, _pool_option(both=True)] = "threads",
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="The cap (subagents.max_concurrent); bare RQ workers; fork-pool workers.", min=1
+        ),
+    ] = 8,
+    processes: Annotated[int, typer.Option(help="threads pool: worker processes.", min=1)] = 1,
+    concurrency: Annotated[int | None, _concurrency_option()] = None,
     repeat: Annotated[int, typer.Option(help="Repetitions (min/median/p99 over them).", min=1)] = 3,
     runs: Annotated[
         int | None, typer.Option(help="Makespan runs (default 100; --quick 16).", min=1)
@@ -174,12 +182,16 @@ def compare(
     burst: Annotated[int, typer.Option(help="Spawns at once / runs in one thread.", min=1)] = 8,
     samples: Annotated[int, typer.Option(help="Single spawns per repetition.", min=1)] = 5,
     quick: Annotated[bool, typer.Option(help="Small numbers: a run of about a minute.")] = False,
-    kill: Annotated[bool, typer.Option(help="Measure worker SIGKILL -> unknown.")] = True,
+    kill: Annotated[
+        bool, typer.Option(help="Measure worker process SIGKILL -> its runs ended.")
+    ] = True,
     only: Annotated[
         str,
         typer.Option(
             help="Comma-separated figures to measure: spawn, announce, memory, makespan, "
-            "throughput, kill (default: all)."
+            "throughput, stop, commands (Redis commands per run), kill, slope (PSS per run in "
+            "one threads-pool process at 0 / 100 / 200 runs; --quick 0 / 20 / 40) "
+            "(default: all)."
         ),
     ] = "",
     plot: Annotated[
@@ -187,10 +199,12 @@ def compare(
     ] = None,
     log_dir: Annotated[Path | None, _log_dir_option(kept="error")] = None,
 ) -> None:
-    """fanbot against bare RQ on one private Redis: latency, makespan, PSS, throughput."""
+    """fanbot against bare RQ on one private Redis: latency, makespan, PSS, throughput, stop,
+    a worker's death, Redis commands; each goal met or missed, per pool."""
     from bot.bench.compare import run_compare
     from bot.bench.compare_env import PHASES, CompareConfig
 
+    _check_pool("compare", pool, ("threads", "fork", "both"))
     chosen = frozenset(p.strip() for p in only.split(",") if p.strip()) or PHASES
     if unknown := sorted(chosen - PHASES):
         typer.echo(f"fanbot bench compare: unknown --only {', '.join(unknown)}; "
@@ -199,6 +213,8 @@ def compare(
     directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-compare-"))
     config = CompareConfig(
         workers=workers, repeat=repeat, burst=burst, samples=samples, kill=kill, only=chosen,
+        pools=("threads", "fork") if pool == "both" else (pool,), processes=processes,
+        concurrency=concurrency, slope_points=(0, 20, 40) if quick else (0, 100, 200),
         makespan_runs=runs or (16 if quick else 100),
         model_seconds=model_seconds or (0.5 if quick else 2.0),
         throughput_runs=throughput_runs or (48 if quick else 200),

@@ -1,10 +1,10 @@
-"""``fanbot bench soak|latency|stop|compare|map``: benchmarks against real processes and the
-fakes.
+"""``fanbot bench soak|latency|stop|compare|many|map``: benchmarks against real processes and
+the fakes.
 
 They start their own private Redis, workers and the fake model (the processes they start
 get a scrubbed environment; nothing external is touched), print their figures, and exit 1
-when a check fails (``soak``: a run lost or announced twice, a dead letter, RSS growth past
-the bound).
+when a check fails (``soak``, ``many``: a run lost or announced twice; ``soak``: a dead
+letter, RSS growth past the bound).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from bot.supervise.signals import stop_on_signal
 app = typer.Typer(
     name="bench",
     help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare "
-    "RQ, goals met or missed), map (the code's shape and the modules one message runs "
-    "through).",
+    "RQ, goals met or missed), many (1,000 runs at once in the threads pool), map (the code's "
+    "shape and the modules one message runs through).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -232,6 +232,52 @@ def compare(
     if plot is not None and not result.plot(plot):
         typer.echo("fanbot bench compare: no plot: matplotlib is missing "
                    "(pip install 'fanbot[plot]')", err=True)  # fmt: skip
+
+
+@app.command()
+def many(
+    runs: Annotated[
+        int,
+        typer.Option(help="Subagents running at once (= the cap; at most 1000).", min=1, max=1000),
+    ] = 1000,
+    processes: Annotated[int, typer.Option(help="Worker processes.", min=1, max=64)] = 4,
+    concurrency: Annotated[int | None, _concurrency_option()] = None,
+    stream_seconds: Annotated[
+        float, typer.Option(help="How long the fake model streams each answer.", min=0.1)
+    ] = 45.0,
+    chunk_seconds: Annotated[
+        float, typer.Option(help="Seconds between two chunks of a stream.", min=0.01)
+    ] = 1.0,
+    topics: Annotated[int, typer.Option(help="Telegram forum topics to spread over.", min=1)] = 20,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds to wait for every announce (default stream + 120 + runs/5)."),
+    ] = None,
+    log_dir: Annotated[Path | None, _log_dir_option(kept="FAIL")] = None,
+) -> None:
+    """1,000 subagents running at once in the threads pool, the model streaming slowly: total
+    PSS of the worker processes (goal <= 1.5 GB), lost and duplicated announces, announce p99."""
+    from bot.bench.many import ManyConfig, run_many
+
+    _need_psutil()
+    directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-many-"))
+    config = ManyConfig(
+        runs=runs, processes=processes, concurrency=concurrency, stream_seconds=stream_seconds,
+        chunk_seconds=chunk_seconds, topics=topics, timeout=timeout, log_dir=directory,
+        report=lambda line: typer.echo(line, err=True),
+    )  # fmt: skip
+    try:
+        with stop_on_signal() as stopping:  # the waits stop, then its processes end
+            result = asyncio.run(run_many(dataclasses.replace(config, stopping=stopping)))
+    except FanbotError as exc:
+        typer.echo(f"fanbot bench many: {exc}\nlogs: {directory}", err=True)
+        raise typer.Exit(1) from None
+    failed = bool(result.failures())
+    if log_dir is None and not failed:
+        shutil.rmtree(directory, ignore_errors=True)
+        result = dataclasses.replace(result, log_dir="")
+    typer.echo(result.table())
+    raise typer.Exit(1 if failed else 0)
 
 
 @app.command(name="map")

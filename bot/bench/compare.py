@@ -20,6 +20,7 @@ import logging
 import os
 import platform
 import time
+from collections import Counter
 from contextlib import ExitStack
 
 from rq import Queue
@@ -136,12 +137,18 @@ def _pass(bench: BenchEnv, side: str) -> None:
     bench.pool.stop()
     bench.side, bench.pool = side, _fanbot_pool(bench.config, bench.env, side)
     bench.pool.start()
+    first = bench.labels
     try:
         _all_phases(bench)
         if "slope" in bench.config.only and side == "threads":
             compare_slope.slope(bench)  # replaces the pool with a one-process one
     finally:
         bench.pool.stop()
+    labels = [f"cmp-{n:05d}" for n in range(first + 1, bench.labels + 1)]
+    statuses = Counter(r.status.value for r in bench.deps.runs.get_many(bench.run_ids(labels)))
+    shown = ", ".join(f"{status} {n}" for status, n in statuses.most_common())
+    bench.detail(f"runs of the {side} pool's pass, by status (stop phase: stopped, kill: "
+                 "unknown, the rest: success)", shown)  # fmt: skip
 
 
 def _all_phases(bench: BenchEnv) -> None:

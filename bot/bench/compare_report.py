@@ -54,6 +54,7 @@ class Row:
     goal: Goal | None
     scale: float = 1.0  # seconds -> ms, bytes -> MB
     pools: tuple[str, ...] = POOLS
+    digits: int | None = None  # decimals shown (default: by size)
 
 
 ROWS = (
@@ -72,7 +73,7 @@ ROWS = (
         "thread, p99", bare="XADD → XREADGROUP", unit="ms", scale=1000,
         goal=Goal(text="≤ 20 ms", limit=20)),
     Row(key="makespan", name="makespan {runs} × {seconds} s at cap {cap}",
-        bare="sleeping jobs", unit="x ideal",
+        bare="sleeping jobs", unit="x ideal", digits=3,
         goal=Goal(text="≤ 1.02× the ideal of whole waves", limit=1.02)),
     Row(key="pss_idle", name="idle worker process PSS", bare="idle rq worker", unit="MB",
         scale=1 / MIB, goal=None),
@@ -95,18 +96,21 @@ ROWS = (
 )  # fmt: skip
 
 
-def spread(values: list[float], scale: float) -> str:
+def spread(values: list[float], scale: float, digits: int | None = None) -> str:
     """``min / median / p99`` of per-repetition values, scaled; one value prints once."""
     if not values:
         return "-"
     scaled = [v * scale for v in values]
     if len(scaled) == 1:
-        return _num(scaled[0])
+        return _num(scaled[0], digits)
     low, mid = min(scaled), statistics.median(scaled)
-    return f"{_num(low)} / {_num(mid)} / {_num(percentile(scaled, 0.99))}"
+    shown = (_num(v, digits) for v in (low, mid, percentile(scaled, 0.99)))
+    return " / ".join(shown)
 
 
-def _num(value: float) -> str:
+def _num(value: float, digits: int | None = None) -> str:
+    if digits is not None:
+        return f"{value:.{digits}f}"
     if abs(value) >= 100:
         return f"{value:.0f}"
     if abs(value) >= 10:
@@ -161,7 +165,8 @@ class CompareResult:
             cells = [f"{self.name(row)} [{row.unit}]"]
             cells += [self._value(row, side) for side in self.pools]
             bare = self.values(row.key, "bare")
-            cells.append(f"{row.bare}: {spread(bare, row.scale)}" if row.bare else NOT_APPLICABLE)
+            shown = spread(bare, row.scale, row.digits)
+            cells.append(f"{row.bare}: {shown}" if row.bare else NOT_APPLICABLE)
             cells.append(row.goal.text if row.goal else NOT_APPLICABLE)
             cells += [_verdict(self.met(row, side)) for side in self.pools]
             found.append(cells)
@@ -170,7 +175,7 @@ class CompareResult:
     def _value(self, row: Row, side: str) -> str:
         if side not in row.pools:
             return NOT_APPLICABLE
-        shown = spread(self.values(row.key, side), row.scale)
+        shown = spread(self.values(row.key, side), row.scale, row.digits)
         ratio = self.ratio(row, side)
         return f"{shown} ({ratio:.2f}x)" if ratio is not None else shown
 

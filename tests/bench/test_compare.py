@@ -56,6 +56,10 @@ async def test_quick_compare_fills_every_row(tmp_path: Path, pool: str) -> None:
     assert result.values("commands", pool)[0] > 10, table
     assert f"Redis commands per run, {pool}: " in table, table
     assert "CPUs, Python" in table and "load average" in table, table
+    # Every run the pass spawned is counted by its status: a crash would show as error.
+    census = f"runs of the {pool} pool's pass, by status (stop phase: stopped, kill: unknown"
+    assert census in table and "error" not in table.split(census)[1].splitlines()[0], table
+    assert f"/subagents stop → stopped, {pool}: p50 " in table, table
     assert "| spawn → first model request p50, 2 at once [ms] |" in table, table
     if pool == "threads":
         assert "PSS of one threads-pool process (and its launcher): " in table, table

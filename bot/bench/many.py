@@ -117,9 +117,11 @@ class _Env:
     tg: FakeTelegram
     fake: FakeOpenAI
     ids: dict[str, str] = field(default_factory=dict)  # label -> run id
-    pss: dict[str, int] = field(default_factory=dict)  # "idle", "peak"
+    pss: dict[str, int] = field(default_factory=dict)  # "idle", "peak", "fullest"
     peak_streams: int = 0  # model streams open when the peak PSS was read
+    fullest_streams: int = 0  # the most model streams open at a PSS reading
     max_streams: int = 0
+    times: dict[str, float] = field(default_factory=dict)  # time.monotonic() of each step
     pss_samples: int = 0
     sampled_at: float = 0.0  # time.monotonic() of the last PSS reading
 
@@ -180,6 +182,7 @@ def _measure(many: _Env, topics: list[int]) -> None:
     time.sleep(1.0)  # past the workers' start-up
     many.pss["idle"] = pss(many.pids())
     many.say(f"many: spawning {config.runs} runs")
+    many.times["spawn"] = time.monotonic()
     for n in range(config.runs):
         _require_alive(many)
         label = f"many-{n:05d}"
@@ -188,6 +191,7 @@ def _measure(many: _Env, topics: list[int]) -> None:
             task=f"many task {label}: answer in one line", label=label,
         )  # fmt: skip
         _sample(many)
+    many.times["spawned"] = time.monotonic()
     many.say(f"many: {config.runs} spawned; waiting for their announces")
     last_report = time.monotonic()
 
@@ -200,6 +204,7 @@ def _measure(many: _Env, topics: list[int]) -> None:
             many.say(f"many: {many.fake.in_flight} streaming, {len(labels)} announced")
         if len(labels & many.ids.keys()) < len(many.ids):
             return False
+        many.times.setdefault("announced", time.monotonic())
         active = int(many.deps.redis.scard(many.deps.keys.active_runs))
         return active == 0 and probes.outbox_drained(many.deps.redis, many.deps.keys)
 
@@ -218,6 +223,8 @@ def _sample(many: _Env) -> None:
     many.pss_samples += 1
     if size > many.pss.get("peak", 0):
         many.pss["peak"], many.peak_streams = size, streams
+    if (streams, size) > (many.fullest_streams, many.pss.get("fullest", 0)):
+        many.pss["fullest"], many.fullest_streams = size, streams
 
 
 def _until(many: _Env, check: Callable[[], bool], *, timeout: float, what: str) -> None:
@@ -261,6 +268,10 @@ def _result(
         peak_streams=many.peak_streams,
         pss_idle=many.pss.get("idle", 0),
         pss_peak=many.pss.get("peak", 0),
+        pss_fullest=many.pss.get("fullest", 0),
+        fullest_streams=many.fullest_streams,
+        spawn_seconds=many.times["spawned"] - many.times["spawn"],
+        announced_seconds=many.times.get("announced", time.monotonic()) - many.times["spawn"],
         pss_samples=many.pss_samples,
         pss_goal=int(config.pss_goal_mb * 1024 * 1024),
         not_terminal=sorted(set(many.ids) - terminal),

@@ -26,6 +26,10 @@ class ManyResult:
     peak_streams: int  # model streams open when the peak PSS was read
     pss_idle: int  # all worker processes and their launcher, before any run
     pss_peak: int  # the same, the largest reading while the runs streamed
+    pss_fullest: int  # the same, read with the most streams open (``fullest_streams``)
+    fullest_streams: int
+    spawn_seconds: float  # first spawn -> last spawn
+    announced_seconds: float  # first spawn -> every run announced
     pss_samples: int
     pss_goal: int
     not_terminal: list[str]
@@ -76,13 +80,16 @@ class ManyResult:
             shown = f"p50 {p50:.0f} ms, p99 {p99:.0f} ms, max {max(delays) * 1000:.0f} ms"
         else:
             shown = "-"
-        per_run = (self.pss_peak - self.pss_idle) / max(1, self.peak_streams)
+        per_run = (self.pss_fullest - self.pss_idle) / max(1, self.fullest_streams)
         lines += [
             "",
             f"- announce p99, model stream ends → announce accepted by the platform: {shown} "
             f"(n={len(delays)})",
-            f"- PSS: {_mb(self.pss_idle)} idle, {_mb(self.pss_peak)} at the peak; "
-            f"{per_run / MIB:.2f} MB per streaming run",
+            f"- PSS of the worker processes and their launcher: {_mb(self.pss_idle)} idle, "
+            f"{_mb(self.pss_fullest)} with {self.fullest_streams} runs streaming "
+            f"({per_run / MIB:.2f} MB per run over idle), {_mb(self.pss_peak)} at the peak",
+            f"- first spawn → last spawn {self.spawn_seconds:.1f} s, → every run announced "
+            f"{self.announced_seconds:.1f} s",
             f"- statuses: {_counts(self.statuses)}",
             f"- lost: {len(self.lost)} (not terminal {len(self.not_terminal)}, not announced "
             f"{len(self.not_announced)}); duplicated: {len(self.duplicated)}",

@@ -25,6 +25,8 @@ async def test_thirty_runs_stream_at_once_and_are_each_announced_once(tmp_path: 
     assert result.statuses == {"success": 30}, table
     assert len(result.announce_delays) == 30 and min(result.announce_delays) > 0, table
     assert 0 < result.pss_idle < result.pss_peak, table
+    assert 0 < result.fullest_streams <= 30 and 0 < result.pss_fullest <= result.pss_peak, table
+    assert 0 < result.spawn_seconds < result.announced_seconds, table
     assert result.concurrency == 17, table  # half the cap each, plus the dequeuers' slots
     assert "| total PSS of all worker processes, " in table and "| ≤ 1.5 GB | met |" in table
     assert "announce p99" in table and "load average" in table and table.endswith("PASS")

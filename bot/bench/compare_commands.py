@@ -18,9 +18,14 @@ from collections import Counter
 from rq.job import Job
 
 from bot.bench import bare, redis_commands
-from bot.bench.compare_env import POLL, BenchEnv, CompareError, _until, spawn_runs, wait_announced
-
-QUIET_SECONDS = 1.0
+from bot.bench.compare_env import (
+    POLL,
+    BenchEnv,
+    CompareError,
+    spawn_runs,
+    wait_announced,
+    wait_quiet,
+)
 
 
 def commands(bench: BenchEnv) -> None:
@@ -28,13 +33,13 @@ def commands(bench: BenchEnv) -> None:
     redis = bench.deps.redis
     runs = bench.config.command_runs
     bench.model.delay = 0.0
-    _quiet(bench)
+    wait_quiet(bench)
     idle = redis_commands.idle_traffic(redis, bench.config.idle_seconds)
 
     def batch() -> None:
         spawned = spawn_runs(bench, runs)
         wait_announced(bench, spawned, timeout=runs + 60)
-        _quiet(bench)
+        wait_quiet(bench)
 
     costs = redis_commands.per_unit(redis_commands.measure(redis, batch), idle, runs)
     bench.add("commands", bench.side, redis_commands.total(costs))
@@ -45,7 +50,7 @@ def bare_commands(bench: BenchEnv) -> None:
     """bare RQ: the Redis commands of ``command_runs`` no-op jobs, per job."""
     redis = bench.deps.redis
     count = bench.config.command_runs
-    _quiet(bench)
+    wait_quiet(bench)
     idle = redis_commands.idle_traffic(redis, bench.config.idle_seconds)
     own: Counter[str] = Counter()
 
@@ -56,16 +61,6 @@ def bare_commands(bench: BenchEnv) -> None:
     costs = redis_commands.per_unit(redis_commands.measure(redis, batch), idle, count, own=own)
     bench.add("commands", "bare", redis_commands.total(costs))
     bench.detail("Redis commands per no-op job, bare RQ", redis_commands.top(costs))
-
-
-def _quiet(bench: BenchEnv) -> None:
-    """Until the gateway made no Telegram call but its long poll for :data:`QUIET_SECONDS`."""
-
-    def quiet() -> bool:
-        busy = [c for c in bench.tg.calls[-50:] if c.method != "getUpdates"]
-        return not busy or time.monotonic() - busy[-1].at >= QUIET_SECONDS
-
-    _until(bench, quiet, timeout=60, what="the gateway to fall quiet")
 
 
 def _wait_counting(bench: BenchEnv, jobs: list[Job]) -> int:

@@ -173,6 +173,20 @@ class BenchEnv:
             self.config.report(line)
 
 
+QUIET_SECONDS = 1.0
+
+
+def wait_quiet(bench: BenchEnv) -> None:
+    """Until the gateway made no Telegram call but its long poll for :data:`QUIET_SECONDS`
+    (an earlier phase's announces and status-card edits are out)."""
+
+    def quiet() -> bool:
+        busy = [c for c in bench.tg.calls[-50:] if c.method != "getUpdates"]
+        return not busy or time.monotonic() - busy[-1].at >= QUIET_SECONDS
+
+    _until(bench, quiet, timeout=60, what="the gateway to fall quiet")
+
+
 def _until(bench: BenchEnv, check: Callable[[], bool], *, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not check():

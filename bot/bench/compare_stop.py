@@ -1,9 +1,10 @@
 """``fanbot bench compare``'s stop figure: ``/subagents stop`` -> the run ``stopped`` in
 Redis, against RQ's own stop (``send_stop_job_command`` -> the job ``stopped``).
 
-fanbot: the burst's runs hold their model calls open; each is stopped in turn by a
-``/subagents stop <id>`` message in its forum topic, pushed to the Telegram fake (the
-gateway's long poll gets it), from the user who spawned it. bare RQ: as many sleeping jobs,
+fanbot: the burst's runs hold their model calls open; once the gateway is quiet (their
+status cards, and an earlier phase's announces and edits, are out) each is stopped in
+turn by a ``/subagents stop <id>`` message in its forum topic, pushed to the Telegram fake
+(the gateway's long poll gets it), from the user who spawned it. bare RQ: as many sleeping jobs,
 each stopped in turn by RQ's stop command (its worker kills the horse). Each side's figure
 is the p99 of its stops.
 """
@@ -28,6 +29,7 @@ from bot.bench.compare_env import (
     spawn_runs,
     wait_announced,
     wait_arrived,
+    wait_quiet,
 )
 from bot.types import RunStatus
 
@@ -42,6 +44,7 @@ def stop(bench: BenchEnv) -> None:
     delays = []
     try:
         wait_arrived(bench, spawned)
+        wait_quiet(bench)  # their status cards are out, and an earlier phase's edits
         for label in spawned:
             delays.append(_stop_one(bench, label))
     finally:

@@ -1,8 +1,10 @@
-"""``fanbot bench soak|latency|stop|compare|map|commands``: benchmarks against real processes and the fakes.
+"""``fanbot bench soak|latency|stop|compare|many|map|commands``: benchmarks against real
+processes and the fakes.
 
-They start their own private Redis, forked workers and the fake model (the processes they
-start get a scrubbed environment; nothing external is touched), print their figures, and exit 1 when a check fails
-(``soak``: a run lost or announced twice, a dead letter, RSS growth past the bound).
+They start their own private Redis, workers and the fake model (the processes they start
+get a scrubbed environment; nothing external is touched), print their figures, and exit 1
+when a check fails (``soak``, ``many``: a run lost or announced twice; ``soak``: a dead
+letter, RSS growth past the bound).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from bot.supervise.signals import stop_on_signal
 app = typer.Typer(
     name="bench",
     help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare "
-    "RQ), map (the code's shape and the modules one message runs through), commands (Redis "
-    "commands per subagent run).",
+    "RQ, goals met or missed), many (1,000 runs at once in the threads pool), map (the code's "
+    "shape and the modules one message runs through), commands (Redis commands per subagent "
+    "run).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -41,6 +44,27 @@ def _log_dir_option(*, kept: str) -> Any:
     """The ``--log-dir`` option of a benchmark whose logs, by default in a temporary
     directory, are kept on ``kept``."""
     return typer.Option(help=f"Keep process logs here (default: temp, kept on {kept}).")
+
+
+def _pool_option(*, both: bool = False) -> Any:
+    """``--pool``: the worker pool fanbot's workers run in (``fanbot worker --pool``)."""
+    extra = "; both: the threads pool, then the fork pool, beside each other" if both else ""
+    return typer.Option(help=f"fanbot's worker pool: fork or threads{extra}.")
+
+
+def _concurrency_option() -> Any:
+    return typer.Option(
+        help="threads pool: runs at once per worker process (default: its share of the cap, "
+        "plus one slot per queue's dequeuer).",
+        min=1,
+    )
+
+
+def _check_pool(command: str, pool: str, choices: tuple[str, ...]) -> None:
+    if pool not in choices:
+        typer.echo(f"fanbot bench {command}: unknown --pool {pool}; choose from "
+                   f"{', '.join(choices)}", err=True)  # fmt: skip
+        raise typer.Exit(2)
 
 
 def _need_psutil() -> None:
@@ -80,19 +104,22 @@ def soak(
     timeout: Annotated[
         float | None, typer.Option(help="Seconds to wait for all runs (default 120 + 1/run).")
     ] = None,
+    pool: Annotated[str, _pool_option()] = "fork",
+    concurrency: Annotated[int | None, _concurrency_option()] = None,
     log_dir: Annotated[Path | None, _log_dir_option(kept="FAIL")] = None,
 ) -> None:
     """Spawn many runs through gateway + workers + fakes; count lost and duplicated announces."""
     from bot.bench.soak import SoakConfig, run_soak
 
+    _check_pool("soak", pool, ("fork", "threads"))
     _need_psutil()
     directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-soak-"))
     config = SoakConfig(
         runs=runs, workers=workers, seed=seed, fail_rate=fail_rate, hang_rate=hang_rate,
         max_delay=max_delay, topics=topics, max_concurrent=max_concurrent,
         telegram_faults=telegram_faults, archive_after_minutes=archive_after_minutes,
-        rss_bound_mb=rss_bound_mb, timeout=timeout, log_dir=directory,
-        report=lambda line: typer.echo(line, err=True),
+        rss_bound_mb=rss_bound_mb, timeout=timeout, log_dir=directory, pool=pool,
+        concurrency=concurrency, report=lambda line: typer.echo(line, err=True),
     )  # fmt: skip
     try:
         with stop_on_signal() as stopping:  # spawning and waits stop, then its processes end
@@ -134,7 +161,15 @@ def stop(
 
 @app.command()
 def compare(
-    workers: Annotated[int, typer.Option(help="Forked workers on each side (= cap).", min=1)] = 8,
+    pool: Annotated[str, _pool_option(both=True)] = "threads",
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="The cap (subagents.max_concurrent); bare RQ workers; fork-pool workers.", min=1
+        ),
+    ] = 8,
+    processes: Annotated[int, typer.Option(help="threads pool: worker processes.", min=1)] = 1,
+    concurrency: Annotated[int | None, _concurrency_option()] = None,
     repeat: Annotated[int, typer.Option(help="Repetitions (min/median/p99 over them).", min=1)] = 3,
     runs: Annotated[
         int | None, typer.Option(help="Makespan runs (default 100; --quick 16).", min=1)
@@ -148,12 +183,16 @@ def compare(
     burst: Annotated[int, typer.Option(help="Spawns at once / runs in one thread.", min=1)] = 8,
     samples: Annotated[int, typer.Option(help="Single spawns per repetition.", min=1)] = 5,
     quick: Annotated[bool, typer.Option(help="Small numbers: a run of about a minute.")] = False,
-    kill: Annotated[bool, typer.Option(help="Measure worker SIGKILL -> unknown.")] = True,
+    kill: Annotated[
+        bool, typer.Option(help="Measure worker process SIGKILL -> its runs ended.")
+    ] = True,
     only: Annotated[
         str,
         typer.Option(
             help="Comma-separated figures to measure: spawn, announce, memory, makespan, "
-            "throughput, kill (default: all)."
+            "throughput, stop, commands (Redis commands per run), kill, slope (PSS per run in "
+            "one threads-pool process at 0 / 100 / 200 runs; --quick 0 / 20 / 40) "
+            "(default: all)."
         ),
     ] = "",
     plot: Annotated[
@@ -161,10 +200,12 @@ def compare(
     ] = None,
     log_dir: Annotated[Path | None, _log_dir_option(kept="error")] = None,
 ) -> None:
-    """fanbot against bare RQ on one private Redis: latency, makespan, PSS, throughput."""
+    """fanbot against bare RQ on one private Redis: latency, makespan, PSS, throughput, stop,
+    a worker's death, Redis commands; each goal met or missed, per pool."""
     from bot.bench.compare import run_compare
     from bot.bench.compare_env import PHASES, CompareConfig
 
+    _check_pool("compare", pool, ("threads", "fork", "both"))
     chosen = frozenset(p.strip() for p in only.split(",") if p.strip()) or PHASES
     if unknown := sorted(chosen - PHASES):
         typer.echo(f"fanbot bench compare: unknown --only {', '.join(unknown)}; "
@@ -173,6 +214,8 @@ def compare(
     directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-compare-"))
     config = CompareConfig(
         workers=workers, repeat=repeat, burst=burst, samples=samples, kill=kill, only=chosen,
+        pools=("threads", "fork") if pool == "both" else (pool,), processes=processes,
+        concurrency=concurrency, slope_points=(0, 20, 40) if quick else (0, 100, 200),
         makespan_runs=runs or (16 if quick else 100),
         model_seconds=model_seconds or (0.5 if quick else 2.0),
         throughput_runs=throughput_runs or (48 if quick else 200),
@@ -190,6 +233,52 @@ def compare(
     if plot is not None and not result.plot(plot):
         typer.echo("fanbot bench compare: no plot: matplotlib is missing "
                    "(pip install 'fanbot[plot]')", err=True)  # fmt: skip
+
+
+@app.command()
+def many(
+    runs: Annotated[
+        int,
+        typer.Option(help="Subagents running at once (= the cap; at most 1000).", min=1, max=1000),
+    ] = 1000,
+    processes: Annotated[int, typer.Option(help="Worker processes.", min=1, max=64)] = 4,
+    concurrency: Annotated[int | None, _concurrency_option()] = None,
+    stream_seconds: Annotated[
+        float, typer.Option(help="How long the fake model streams each answer.", min=0.1)
+    ] = 45.0,
+    chunk_seconds: Annotated[
+        float, typer.Option(help="Seconds between two chunks of a stream.", min=0.01)
+    ] = 1.0,
+    topics: Annotated[int, typer.Option(help="Telegram forum topics to spread over.", min=1)] = 20,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds to wait for every announce (default stream + 120 + runs/5)."),
+    ] = None,
+    log_dir: Annotated[Path | None, _log_dir_option(kept="FAIL")] = None,
+) -> None:
+    """1,000 subagents running at once in the threads pool, the model streaming slowly: total
+    PSS of the worker processes (goal <= 1.5 GB), lost and duplicated announces, announce p99."""
+    from bot.bench.many import ManyConfig, run_many
+
+    _need_psutil()
+    directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-many-"))
+    config = ManyConfig(
+        runs=runs, processes=processes, concurrency=concurrency, stream_seconds=stream_seconds,
+        chunk_seconds=chunk_seconds, topics=topics, timeout=timeout, log_dir=directory,
+        report=lambda line: typer.echo(line, err=True),
+    )  # fmt: skip
+    try:
+        with stop_on_signal() as stopping:  # the waits stop, then its processes end
+            result = asyncio.run(run_many(dataclasses.replace(config, stopping=stopping)))
+    except FanbotError as exc:
+        typer.echo(f"fanbot bench many: {exc}\nlogs: {directory}", err=True)
+        raise typer.Exit(1) from None
+    failed = bool(result.failures())
+    if log_dir is None and not failed:
+        shutil.rmtree(directory, ignore_errors=True)
+        result = dataclasses.replace(result, log_dir="")
+    typer.echo(result.table())
+    raise typer.Exit(1 if failed else 0)
 
 
 @app.command(name="map")

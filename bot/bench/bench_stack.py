@@ -1,15 +1,24 @@
-"""What ``fanbot bench compare`` and ``fanbot bench soak`` share about the gateway and
-workers they start: their settings (a private Redis, the fake model and the Telegram fake)
-and the check that they are still running."""
+"""What ``fanbot bench compare``, ``soak`` and ``many`` share about the gateway and workers
+they start: their settings (a private Redis, the fake model and the Telegram fake), the
+worker pool's options, and the check that they are still running."""
 
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 from typing import Any
 
+from bot.agent.context import ToolContext
+from bot.agent.spawn_tool import SpawnArgs, spawn
+from bot.deps import Deps
+from bot.sessions import qualified_user, requester_session_key
 from bot.testing.fake_telegram import FakeTelegram
 from bot.testing.stack import GatewayProcess, WorkerPool
+from bot.types import ThreadRef
+
+REQUESTER = "1001"
+"""The Telegram user id the benchmarks' runs are spawned for (the fake's default sender)."""
 
 
 def telegram_bench_values(
@@ -37,6 +46,50 @@ def telegram_bench_values(
             "poll_timeout_seconds": 1,
         },
     }
+
+
+POOLS = ("fork", "threads")
+DEQUEUER_SLOTS = 2
+"""Slots a threads-pool process gets beyond its share of the cap: each queue's dequeuer
+(turns, subagents) holds one while it waits for a job (see workers/threaded.py)."""
+
+
+def threads_concurrency(cap: int, processes: int) -> int:
+    """Runs at once per threads-pool process: its share of ``cap``, plus the dequeuers' slots."""
+    return math.ceil(cap / processes) + DEQUEUER_SLOTS
+
+
+def pool_args(pool: str, *, concurrency: int) -> list[str]:
+    """The ``fanbot worker`` options that run its workers in ``pool`` (fork or threads)."""
+    if pool not in POOLS:
+        raise ValueError(f"unknown worker pool {pool!r}; choose from {', '.join(POOLS)}")
+    if pool == "threads":
+        return ["--pool", "threads", "--concurrency", str(concurrency)]
+    return ["--pool", "fork"]
+
+
+def spawn_in_topic(
+    deps: Deps,
+    *,
+    bot_id: int,
+    chat: int,
+    topic: int,
+    task: str,
+    label: str,
+    run_timeout: int | None = None,
+) -> str:
+    """Spawn a run through ``sessions_spawn``'s code path, as :data:`REQUESTER` in a forum
+    topic of ``chat``; returns its run id."""
+    thread = ThreadRef(platform="telegram", account=str(bot_id), chat=str(chat), thread=str(topic))
+    ctx = ToolContext(
+        deps=deps,
+        session_key=requester_session_key(agent_id="main", thread=thread),
+        thread=thread,
+        requester=qualified_user("telegram", REQUESTER),
+        agent_id="main",
+    )
+    args = SpawnArgs(task=task, label=label, runTimeoutSeconds=run_timeout)
+    return str(spawn(ctx, args)["runId"])
 
 
 def stack_problem(

@@ -1,13 +1,16 @@
 """``fanbot bench compare``: fanbot against bare RQ on one private Redis, in one run.
 
 Processes: a private Redis; ``fanbot gateway`` with the Telegram channel pointed at
-:class:`~bot.testing.fake_telegram.FakeTelegram`; ``--workers`` forked ``fanbot worker``
-processes (``subagents.max_concurrent`` = workers); and as many plain RQ workers
-(:mod:`bot.bench.bare`) on their own queue. The fake model and the fake Bot API run in this
-process, so their clocks are this process's. Runs are created by the real spawn path
+:class:`~bot.testing.fake_telegram.FakeTelegram`; ``--workers`` plain RQ workers
+(:mod:`bot.bench.bare`) on their own queue; and fanbot's workers, in each pool of
+``--pool`` one after the other (``subagents.max_concurrent`` = ``--workers`` in both):
+the fork pool runs ``--workers`` worker processes, the threads pool ``--processes`` of
+``--concurrency`` runs each. The fake model and the fake Bot API run in this process, so
+their clocks are this process's. Runs are created by the real spawn path
 (:func:`bot.agent.spawn_tool.spawn`); the phases run one after the other, never side by side, so
 fanbot and the baseline never compete for the cores. Each repetition measures every row of
-:data:`bot.bench.compare_report.ROWS`; the table shows min / median / p99 over repetitions.
+:data:`bot.bench.compare_report.ROWS` (bare RQ again in each pool's pass); the table shows
+min / median / p99 over repetitions, and whether each goal was met.
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ import logging
 import os
 import platform
 import time
+from collections import Counter
 from contextlib import ExitStack
 
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from bot.bench import bare
+from bot.bench import bare, compare_commands, compare_kill, compare_slope, compare_stop
 from bot.bench import compare_phases as phases
-from bot.bench.bench_stack import telegram_bench_values
+from bot.bench.bench_stack import pool_args, telegram_bench_values
 from bot.bench.compare_env import (
     FORUM,
     TOPICS,
@@ -68,6 +72,8 @@ async def run_compare(config: CompareConfig) -> CompareResult:
         figures=bench.figures,
         samples=bench.samples,
         timeline=bench.timeline,
+        details=bench.details,
+        names=_names(config),
         machine=_machine(load_start),
         parameters=_parameters(config),
     )
@@ -90,7 +96,11 @@ async def _with_processes(
     bench = BenchEnv(
         config=config,
         deps=deps,
-        pool=WorkerPool(env=env, count=config.workers, log_path=log_dir / "workers.log"),
+        values=values,
+        env=env,
+        loop=asyncio.get_running_loop(),
+        side=config.pools[0],
+        pool=_fanbot_pool(config, env, config.pools[0]),
         bare=bare.BarePool(url=url, count=config.workers, log_path=log_dir / "bare.log", env=env),
         gateway=GatewayProcess(env=env, log_path=log_dir / "gateway.log"),
         tg=tg,
@@ -99,16 +109,46 @@ async def _with_processes(
         queue=Queue(bare.QUEUE, connection=deps.redis, serializer=JSONSerializer),
     )
     try:
-        bench.pool.start()
         bench.bare.start()
         bench.gateway.start()
-        await asyncio.to_thread(_all_phases, bench)
+        for side in config.pools:
+            await asyncio.to_thread(_pass, bench, side)
     finally:
+        model.release(bench.loop, list(model.hold))
         await asyncio.to_thread(bench.gateway.stop)
         await asyncio.to_thread(bench.pool.stop)
         await asyncio.to_thread(bench.bare.stop)
         deps.close()
     return bench
+
+
+def _fanbot_pool(config: CompareConfig, env: dict[str, str], side: str) -> WorkerPool:
+    count = config.processes if side == "threads" else config.workers
+    return WorkerPool(
+        env=env,
+        count=count,
+        log_path=config.log_dir / f"workers-{side}.log",
+        args=pool_args(side, concurrency=config.threads_concurrency),
+    )
+
+
+def _pass(bench: BenchEnv, side: str) -> None:
+    """Every phase with fanbot's workers in ``side``'s pool (started here, stopped after)."""
+    bench.pool.stop()
+    bench.side, bench.pool = side, _fanbot_pool(bench.config, bench.env, side)
+    bench.pool.start()
+    first = bench.labels
+    try:
+        _all_phases(bench)
+        if "slope" in bench.config.only and side == "threads":
+            compare_slope.slope(bench)  # replaces the pool with a one-process one
+    finally:
+        bench.pool.stop()
+    labels = [f"cmp-{n:05d}" for n in range(first + 1, bench.labels + 1)]
+    statuses = Counter(r.status.value for r in bench.deps.runs.get_many(bench.run_ids(labels)))
+    shown = ", ".join(f"{status} {n}" for status, n in statuses.most_common())
+    bench.detail(f"runs of the {side} pool's pass, by status (stop phase: stopped, kill: "
+                 "unknown, the rest: success)", shown)  # fmt: skip
 
 
 def _all_phases(bench: BenchEnv) -> None:
@@ -117,7 +157,7 @@ def _all_phases(bench: BenchEnv) -> None:
     _bare_starts(bench, 1, record=None, samples=1)
     only = bench.config.only
     for rep in range(bench.config.repeat):
-        bench.say(f"compare: repetition {rep + 1}/{bench.config.repeat}")
+        bench.say(f"compare: {bench.side} pool, repetition {rep + 1}/{bench.config.repeat}")
         if "spawn" in only:
             _single_spawns(bench, samples=bench.config.samples, record=True)
             _bare_starts(bench, 1, record="spawn1", samples=bench.config.samples)
@@ -134,8 +174,14 @@ def _all_phases(bench: BenchEnv) -> None:
         if "throughput" in only:
             phases.throughput(bench)
             phases.bare_throughput(bench)
+        if "stop" in only:
+            compare_stop.stop(bench)
+            compare_stop.bare_stop(bench)
+        if "commands" in only:
+            compare_commands.commands(bench)
+            compare_commands.bare_commands(bench)
         if bench.config.kill and "kill" in only:
-            phases.kill(bench)
+            compare_kill.kill(bench)
 
 
 # --- the machinery the phases share -------------------------------------------------------
@@ -151,9 +197,9 @@ def _single_spawns(bench: BenchEnv, *, samples: int, record: bool) -> None:
         delays += [bench.model.arrived[label] - at for label, at in spawned.items()]
         labels.update(spawned)
     if record:
-        bench.add("spawn1", "fanbot", p50(delays))
-        bench.sample("spawn1", "fanbot", delays)
-        bench.sample("to_start", "fanbot", _to_start(bench, labels))
+        bench.add("spawn1", bench.side, p50(delays))
+        bench.sample("spawn1", bench.side, delays)
+        bench.sample("to_start", bench.side, _to_start(bench, labels))
 
 
 def _to_start(bench: BenchEnv, spawned: dict[str, float]) -> list[float]:
@@ -168,8 +214,8 @@ def _burst_spawns(bench: BenchEnv) -> None:
     spawned = spawn_runs(bench, bench.config.burst)
     wait_announced(bench, spawned, timeout=120)
     delays = [bench.model.arrived[label] - at for label, at in spawned.items()]
-    bench.add("spawnN", "fanbot", p50(delays))
-    bench.sample("spawnN", "fanbot", delays)
+    bench.add("spawnN", bench.side, p50(delays))
+    bench.sample("spawnN", bench.side, delays)
 
 
 def _bare_starts(bench: BenchEnv, count: int, *, record: str | None, samples: int) -> None:
@@ -196,11 +242,30 @@ def _machine(load_start: tuple[float, float, float]) -> dict[str, str]:
     }
 
 
-def _parameters(config: CompareConfig) -> dict[str, str]:
+def _names(config: CompareConfig) -> dict[str, str]:
+    """The parameters the rows' names show (see compare_report.ROWS)."""
     return {
-        "workers (forked, each side) / cap": f"{config.workers} / {config.workers}",
-        "repetitions": str(config.repeat),
+        "burst": str(config.burst),
+        "runs": str(config.makespan_runs),
+        "seconds": f"{config.model_seconds:g}",
+        "cap": str(config.workers),
+        "points": " / ".join(str(n) for n in sorted(set(config.slope_points))),
+    }
+
+
+def _parameters(config: CompareConfig) -> dict[str, str]:
+    pools = {
+        "threads": f"threads: {config.processes} process(es) x {config.threads_concurrency} "
+        "runs at once",
+        "fork": f"fork: {config.workers} forked workers",
+    }
+    return {
+        "cap (subagents.max_concurrent) / bare RQ workers": f"{config.workers} / {config.workers}",
+        "fanbot pools": "; ".join(pools[p] for p in config.pools),
+        "repetitions": f"{config.repeat} per pool (bare RQ measured again in each pool's pass)",
         "burst": f"{config.burst} spawns at once; {config.burst} runs finishing in one thread",
         "makespan": f"{config.makespan_runs} runs x {config.model_seconds:g} s model latency",
         "throughput": f"{config.throughput_runs} runs, instant model",
+        "Redis commands": f"{config.command_runs} runs (bare: no-op jobs); idle traffic "
+        f"measured over {config.idle_seconds:g} s",
     }

@@ -7,6 +7,7 @@ import this module; neither imports the other's back.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import re
@@ -14,7 +15,7 @@ import signal
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,20 +24,16 @@ from typing import Any
 from rq import Queue, Worker
 from rq.job import Job
 
-from bot.agent.context import ToolContext
-from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.bench import bare
-from bot.bench.bench_stack import stack_problem
+from bot.bench.bench_stack import spawn_in_topic, stack_problem, threads_concurrency
 from bot.bench.stats import percentile
 from bot.deps import Deps
 from bot.errors import FanbotError
-from bot.sessions import qualified_user, requester_session_key
 from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_telegram import FakeTelegram, forum
-from bot.testing.scripted import ChatRequest, Fail, Hang, Reply, Text
+from bot.testing.scripted import ChatRequest, Fail, Reply, Text
 from bot.testing.stack import GatewayProcess, WorkerPool
-from bot.types import ThreadRef
 
 FORUM = forum(-1001000000778, "compare")
 TOPICS = range(200, 216)
@@ -49,14 +46,19 @@ class CompareError(FanbotError):
     """The comparison could not run (a process did not start, or a phase timed out)."""
 
 
-PHASES = frozenset({"spawn", "announce", "memory", "makespan", "throughput", "kill"})
+PHASES = frozenset(
+    {"spawn", "announce", "memory", "makespan", "throughput", "stop", "commands", "kill", "slope"}
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class CompareConfig:
     """Knobs of one comparison (the CLI's options)."""
 
-    workers: int = 8
+    workers: int = 8  # the cap; bare RQ workers; fork-pool workers
+    pools: tuple[str, ...] = ("threads",)  # fanbot's worker pools, measured one after the other
+    processes: int = 1  # threads pool: worker processes
+    concurrency: int | None = None  # threads pool: runs per process (default: share + dequeuers)
     repeat: int = 3
     burst: int = 8  # spawns at once; runs finishing in one thread
     samples: int = 5  # single spawns per repetition
@@ -64,31 +66,56 @@ class CompareConfig:
     model_seconds: float = 2.0
     throughput_runs: int = 200
     kill: bool = True
+    command_runs: int = 20  # runs (and bare jobs) whose Redis commands are counted
+    idle_seconds: float = 6.0  # the idle traffic's window (three maintenance sweeps)
+    slope_points: tuple[int, ...] = (0, 100, 200)  # runs at once in one threads-pool process
     only: frozenset[str] = PHASES  # which groups of figures to measure
     log_dir: Path
     report: Callable[[str], None] | None = None
     stopping: threading.Event | None = None  # set (SIGTERM, Ctrl-C): stop at the next wait
 
+    @property
+    def threads_concurrency(self) -> int:
+        return self.concurrency or threads_concurrency(self.workers, self.processes)
+
 
 class CompareModel:
-    """The fake model's script: answers each run after ``delay``; hangs the ``hang`` labels.
+    """The fake model's script: answers each run after ``delay``; holds the ``hold`` labels'
+    calls open until :meth:`release`.
 
-    Records when each run's first request arrived (``time.monotonic()``).
+    Records when each run's first request arrived (``time.monotonic()``). It runs on the
+    fakes' event loop; the phases (another thread) change ``hold`` before they spawn.
     """
 
     def __init__(self) -> None:
         self.delay = 0.0
-        self.hang: set[str] = set()
+        self.hold: set[str] = set()
         self.arrived: dict[str, float] = {}
+        self._gates: dict[str, asyncio.Event] = {}
 
-    def __call__(self, request: ChatRequest) -> Reply:
+    def __call__(self, request: ChatRequest) -> Reply | Awaitable[Reply]:
         label = self.label_of(request)
         if label is None:
             return Fail(400, message="compare: a request that belongs to no run")
         self.arrived.setdefault(label, time.monotonic())
-        if label in self.hang:
-            return Hang(300)
+        if label in self.hold:
+            return self._held(label)
         return Text(f"result of {label}", delay=self.delay)
+
+    async def _held(self, label: str) -> Reply:
+        await self._gates.setdefault(label, asyncio.Event()).wait()
+        return Text(f"result of {label}")
+
+    def release(self, loop: asyncio.AbstractEventLoop, labels: Iterable[str]) -> None:
+        """Let the held calls of ``labels`` answer (from any thread)."""
+        chosen = list(labels)
+
+        def open_gates() -> None:
+            for label in chosen:
+                self.hold.discard(label)
+                self._gates.pop(label, asyncio.Event()).set()
+
+        loop.call_soon_threadsafe(open_gates)
 
     @staticmethod
     def label_of(request: ChatRequest) -> str | None:
@@ -101,6 +128,10 @@ class CompareModel:
 class BenchEnv:
     config: CompareConfig
     deps: Deps
+    values: dict[str, Any]  # the settings the processes run with
+    env: dict[str, str]  # their environment
+    loop: asyncio.AbstractEventLoop  # the fakes' (pushing a Telegram update goes through it)
+    side: str  # the pool being measured: "threads" or "fork"
     pool: WorkerPool
     bare: bare.BarePool
     gateway: GatewayProcess
@@ -110,11 +141,18 @@ class BenchEnv:
     queue: Queue
     labels: int = 0
     ids: dict[str, str] = field(default_factory=dict)  # label -> run id
+    topics: dict[str, int] = field(default_factory=dict)  # label -> forum topic
     announces: dict[str, tuple[float, str]] = field(default_factory=dict)  # see announced()
     calls_seen: int = 0
     figures: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     timeline: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)  # printed under the table
+
+    @property
+    def processes(self) -> int:
+        """fanbot worker processes of the pool being measured."""
+        return self.config.processes if self.side == "threads" else self.config.workers
 
     def add(self, row: str, side: str, value: float) -> None:
         self.figures.setdefault(row, {}).setdefault(side, []).append(value)
@@ -123,12 +161,30 @@ class BenchEnv:
         """Keep the raw samples behind a figure (for the plot)."""
         self.samples.setdefault(row, {}).setdefault(side, []).extend(values)
 
+    def detail(self, name: str, text: str) -> None:
+        """A line under the table (the last repetition's, for each name)."""
+        self.details[name] = text
+
     def run_ids(self, labels: Iterable[str]) -> list[str]:
         return [self.ids[label] for label in labels]
 
     def say(self, line: str) -> None:
         if self.config.report is not None:
             self.config.report(line)
+
+
+QUIET_SECONDS = 1.0
+
+
+def wait_quiet(bench: BenchEnv) -> None:
+    """Until the gateway made no Telegram call but its long poll for :data:`QUIET_SECONDS`
+    (an earlier phase's announces and status-card edits are out)."""
+
+    def quiet() -> bool:
+        busy = [c for c in bench.tg.calls[-50:] if c.method != "getUpdates"]
+        return not busy or time.monotonic() - busy[-1].at >= QUIET_SECONDS
+
+    _until(bench, quiet, timeout=60, what="the gateway to fall quiet")
 
 
 def _until(bench: BenchEnv, check: Callable[[], bool], *, timeout: float, what: str) -> None:
@@ -147,36 +203,44 @@ def _require_alive(bench: BenchEnv) -> None:
 
 
 def _ready(bench: BenchEnv) -> bool:
-    conn = bench.deps.redis
-    fanbot = Worker.count(queue=Queue(SUBAGENTS_QUEUE, connection=conn))
     baseline = Worker.count(queue=bench.queue)
     polling = bool(bench.tg.calls_to("getUpdates"))
-    return fanbot >= bench.config.workers and baseline >= bench.config.workers and polling
+    return registered(bench) >= bench.processes and baseline >= bench.config.workers and polling
 
 
-def spawn_runs(bench: BenchEnv, count: int, *, topic: int | None = None) -> dict[str, float]:
-    """Spawn ``count`` runs through ``sessions_spawn``'s path; ``label -> monotonic spawn``."""
+def registered(bench: BenchEnv) -> int:
+    """Worker processes of the running fanbot pool that RQ knows (they take jobs)."""
+    pids = set(bench.pool.worker_pids())
+    queue = Queue(SUBAGENTS_QUEUE, connection=bench.deps.redis)
+    return sum(worker.pid in pids for worker in Worker.all(queue=queue))
+
+
+def spawn_runs(
+    bench: BenchEnv,
+    count: int,
+    *,
+    topic: int | None = None,
+    hold: bool = False,
+    deps: Deps | None = None,
+) -> dict[str, float]:
+    """Spawn ``count`` runs through ``sessions_spawn``'s path; ``label -> monotonic spawn``.
+
+    ``hold``: their model calls stay open until :meth:`CompareModel.release`. ``deps``: spawn
+    with other settings (another cap) than the benchmark's.
+    """
     spawned = {}
     for n in range(count):
         bench.labels += 1
         label = f"cmp-{bench.labels:05d}"
         chosen = topic if topic is not None else TOPICS[n % len(TOPICS)]
-        thread = ThreadRef(
-            platform="telegram",
-            account=str(bench.tg.bot_id),
-            chat=str(FORUM["id"]),
-            thread=str(chosen),
-        )
-        ctx = ToolContext(
-            deps=bench.deps,
-            session_key=requester_session_key(agent_id="main", thread=thread),
-            thread=thread,
-            requester=qualified_user("telegram", "1001"),
-            agent_id="main",
-        )
+        bench.topics[label] = chosen
+        if hold:
+            bench.model.hold.add(label)
         at = time.monotonic()
-        args = SpawnArgs(task=f"cmp task {label}: answer in one line", label=label)
-        bench.ids[label] = str(spawn(ctx, args)["runId"])
+        bench.ids[label] = spawn_in_topic(
+            deps or bench.deps, bot_id=bench.tg.bot_id, chat=FORUM["id"], topic=chosen,
+            task=f"cmp task {label}: answer in one line", label=label,
+        )  # fmt: skip
         spawned[label] = at
     return spawned
 
@@ -270,6 +334,17 @@ def children(pids: Iterable[int]) -> list[int]:
         except psutil.NoSuchProcess:
             continue
     return found
+
+
+def wait_arrived(bench: BenchEnv, labels: Iterable[str], *, timeout: float = 60) -> None:
+    """Every run of ``labels`` sent its first model request."""
+    wanted = list(labels)
+    _until(
+        bench,
+        lambda: all(label in bench.model.arrived for label in wanted),
+        timeout=timeout,
+        what=f"{len(wanted)} runs to reach the model",
+    )
 
 
 def sigkill(pids: Iterable[int]) -> None:

@@ -1,7 +1,10 @@
-"""The phases of ``fanbot bench compare`` after the start-up ones, each fanbot then bare RQ.
+"""The phases of ``fanbot bench compare`` after the start-up ones, each fanbot then bare RQ:
+announce, memory, makespan, throughput (stop, Redis commands, kill and the PSS slope have
+modules of their own).
 
 Each phase waits for its own runs or jobs to end before the next starts, and adds one
-figure per row and side to the benchmark (see :mod:`bot.bench.compare`).
+figure per row and side (the pool measured, or ``bare``) to the benchmark (see
+:mod:`bot.bench.compare`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from rq import Queue, Worker
 
 from bot.bench import bare
 from bot.bench.compare_env import (
@@ -23,16 +25,15 @@ from bot.bench.compare_env import (
     p50,
     p99,
     pss,
-    sigkill,
     spawn_runs,
     wait_announced,
+    wait_arrived,
     wait_jobs,
 )
-from bot.store.jobs import SUBAGENTS_QUEUE
 
 ANNOUNCE_MODEL_SECONDS = 0.5  # long enough for a burst to be running before any finishes
 STREAM = "bench:stream"
-MEMORY_MODEL_SECONDS = 4.0  # the runs whose memory is sampled outlast the sampling
+MEMORY_MODEL_SECONDS = 4.0  # the bare jobs whose memory is sampled outlast the sampling
 
 
 def announce(bench: BenchEnv) -> None:
@@ -49,12 +50,12 @@ def announce(bench: BenchEnv) -> None:
     delays = [found[label][0] - finished[label] for label in spawned]
     wall = time.time() - time.monotonic()  # this process's monotonic clock in wall time
     records = {r.label: r for r in bench.deps.runs.get_many(bench.run_ids(spawned))}
-    bench.sample("to_finalize", "fanbot", [
+    bench.sample("to_finalize", bench.side, [
         (records[label].ended_at or 0.0) - wall - finished[label] for label in spawned
     ])  # fmt: skip
-    bench.add("announce50", "fanbot", p50(delays))
-    bench.sample("announce", "fanbot", delays)
-    bench.add("announce99", "fanbot", p99(delays))
+    bench.add("announce50", bench.side, p50(delays))
+    bench.sample("announce", bench.side, delays)
+    bench.add("announce99", bench.side, p99(delays))
 
 
 def stream_latency(bench: BenchEnv) -> None:
@@ -99,8 +100,8 @@ def makespan(bench: BenchEnv) -> None:
     bench.model.delay = 0.0
     records = bench.deps.runs.get_many(bench.run_ids(spawned))
     last = max(r.ended_at or 0.0 for r in records)
-    bench.add("makespan", "fanbot", (last - t0) / ideal_makespan(config))
-    bench.timeline["fanbot"] = [
+    bench.add("makespan", bench.side, (last - t0) / ideal_makespan(config))
+    bench.timeline[bench.side] = [
         ((r.started_at or t0) - t0, (r.ended_at or t0) - t0) for r in records
     ]
 
@@ -120,30 +121,32 @@ def bare_makespan(bench: BenchEnv) -> None:
 
 
 def memory(bench: BenchEnv) -> None:
-    """PSS of an idle worker, and added per running run: ``workers`` runs that wait
-    :data:`MEMORY_MODEL_SECONDS` for the model, sampled while all of them run.
+    """PSS of an idle worker process, and added per running run: ``workers`` (the cap) runs
+    whose model calls are held open, sampled while all of them wait.
 
     fanbot's launcher is summed with its workers (its PSS spread over them): the workers
     are forked from it and share its pages, so leaving it out would drop its share of
     them from the idle figure and, as each horse takes a share too, add to the per-run one.
+    In the threads pool the runs are threads of the worker processes (no horses).
     """
     busy = bench.config.workers
     workers = bench.pool.worker_pids()
     launcher = [bench.pool.launcher.pid] if bench.pool.launcher is not None else []
     idle = pss(launcher + workers)
-    bench.add("pss_idle", "fanbot", idle / len(workers))
-    bench.model.delay = MEMORY_MODEL_SECONDS
-    spawned = spawn_runs(bench, busy)
-    _sample_running(
-        bench, "fanbot", workers, idle, busy, lambda: bench.fake.in_flight >= busy, also=launcher
-    )
-    wait_announced(bench, spawned, timeout=MEMORY_MODEL_SECONDS + 60)
-    bench.model.delay = 0.0
+    bench.add("pss_idle", bench.side, idle / len(workers))
+    spawned = spawn_runs(bench, busy, hold=True)
+    try:
+        wait_arrived(bench, spawned)
+        horses = busy if bench.side == "fork" else 0
+        _sample_running(bench, bench.side, workers, idle, busy, horses, lambda: True, also=launcher)
+    finally:
+        bench.model.release(bench.loop, spawned)
+    wait_announced(bench, spawned, timeout=60)
     workers = bench.bare.worker_pids()
     idle = pss(workers)
     bench.add("pss_idle", "bare", idle / len(workers))
     jobs = [bench.queue.enqueue(bare.nap, MEMORY_MODEL_SECONDS) for _ in range(busy)]
-    _sample_running(bench, "bare", workers, idle, busy, lambda: True)
+    _sample_running(bench, "bare", workers, idle, busy, busy, lambda: True)
     wait_jobs(bench, jobs, timeout=MEMORY_MODEL_SECONDS + 60)
 
 
@@ -153,21 +156,23 @@ def _sample_running(
     workers: list[int],
     idle: int,
     busy: int,
+    horses: int,
     ready: Callable[[], bool],
     also: list[int] | None = None,
 ) -> None:
-    """PSS of workers + horses (+ ``also``) once ``busy`` horses are running, minus ``idle``."""
+    """PSS of workers + their ``horses`` (+ ``also``) once that many are running, minus
+    ``idle``, per each of the ``busy`` runs."""
     deadline = time.monotonic() + 60
-    while len(children(workers)) < busy or not ready():
+    while len(children(workers)) < horses or not ready():
         if time.monotonic() > deadline:
-            raise CompareError(f"{side}: {busy} horses never ran at once")
+            raise CompareError(f"{side}: {horses} horses never ran at once")
         time.sleep(0.02)
     time.sleep(0.2)  # past the horse's start-up (imports, first request)
-    horses = children(workers)
-    total = pss((also or []) + workers + horses)
-    if sorted(children(workers)) != sorted(horses):
+    running = children(workers)
+    total = pss((also or []) + workers + running)
+    if sorted(children(workers)) != sorted(running):
         raise CompareError(f"{side}: a run ended while its memory was sampled")
-    bench.add("pss_run", side, (total - idle) / len(horses))
+    bench.add("pss_run", side, (total - idle) / busy)
 
 
 def throughput(bench: BenchEnv) -> None:
@@ -177,7 +182,7 @@ def throughput(bench: BenchEnv) -> None:
     spawned = spawn_runs(bench, bench.config.throughput_runs)
     wait_announced(bench, spawned, timeout=bench.config.throughput_runs + 120)
     last = max(r.ended_at or 0.0 for r in bench.deps.runs.get_many(bench.run_ids(spawned)))
-    bench.add("throughput", "fanbot", bench.config.throughput_runs / (last - t0) * 60)
+    bench.add("throughput", bench.side, bench.config.throughput_runs / (last - t0) * 60)
 
 
 def bare_throughput(bench: BenchEnv) -> None:
@@ -188,42 +193,3 @@ def bare_throughput(bench: BenchEnv) -> None:
     wait_jobs(bench, jobs, timeout=bench.config.throughput_runs + 120)
     last = last_ended(bench, jobs)
     bench.add("throughput", "bare", bench.config.throughput_runs / (last - t0) * 60)
-
-
-def kill(bench: BenchEnv) -> None:
-    """SIGKILL the worker process running a run, and its horse: -> ``unknown`` announced."""
-    spawned = spawn_runs(bench, 1)
-    (label,) = spawned
-    bench.model.hang.add(label)
-    deadline = time.monotonic() + 60
-    while label not in bench.model.arrived:
-        if time.monotonic() > deadline:
-            raise CompareError("the run to kill never reached the model")
-        time.sleep(0.02)
-    workers = bench.pool.worker_pids()
-    hosts = [pid for pid in workers if children([pid])]
-    if len(hosts) != 1:
-        raise CompareError(f"expected one worker running a run, found {len(hosts)}")
-    victims = children(hosts) + hosts
-    killed = time.monotonic()
-    sigkill(victims)
-    found = wait_announced(bench, spawned, timeout=60)
-    at, status = found[label]
-    if status != "unknown":
-        raise CompareError(f"the killed run was announced {status}, not unknown")
-    bench.add("kill", "fanbot", at - killed)
-    _until_workers(bench)
-
-
-def _until_workers(bench: BenchEnv) -> None:
-    """The launcher restarted the killed worker (the next repetition needs them all)."""
-    queue = Queue(SUBAGENTS_QUEUE, connection=bench.deps.redis)
-    deadline = time.monotonic() + 60
-    while True:
-        pids = bench.pool.worker_pids()
-        registered = {w.pid for w in Worker.all(queue=queue)}
-        if len(pids) >= bench.config.workers and set(pids) <= registered:
-            return
-        if time.monotonic() > deadline:
-            raise CompareError("the killed worker was not restarted")
-        time.sleep(0.1)

@@ -1,7 +1,9 @@
-"""The table (and optional plot) of ``fanbot bench compare``: fanbot / bare RQ / ratio.
+"""The table (and optional plot) of ``fanbot bench compare``: the goals, each pool's
+figures beside bare RQ's, and which goals each pool met.
 
 Every figure is one value per repetition; the table shows min / median / p99 of them per
-side, and the ratio of the medians. Pure formatting: no I/O but the optional PNG.
+side, the ratio of the medians to bare RQ's, and met / missed against the row's goal (on
+the medians). Pure formatting: no I/O but the optional PNG.
 """
 
 from __future__ import annotations
@@ -13,54 +15,102 @@ from pathlib import Path
 from bot.bench.stats import percentile
 
 MIB = 1024 * 1024
+POOLS = ("threads", "fork")  # the pools' columns, in this order
+NOT_APPLICABLE = "—"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Goal:
+    """A row's goal: its median at most (or at least) ``limit`` in the row's unit, or
+    ``times_bare`` times bare RQ's median in the same run."""
+
+    text: str
+    at_most: bool = True
+    limit: float | None = None
+    times_bare: float | None = None
+
+    def met(self, value: float, ratio: float | None) -> bool | None:
+        """Whether ``value`` (printed unit) or ``ratio`` (to bare RQ) meets it; None: unknown."""
+        if self.times_bare is not None:
+            if ratio is None:
+                return None
+            measured, bound = ratio, self.times_bare
+        else:
+            assert self.limit is not None
+            measured, bound = value, self.limit
+        return measured <= bound if self.at_most else measured >= bound
 
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
-    """One metric: what fanbot measures, what bare RQ measures, the unit and the goal."""
+    """One figure: its name (``{burst}``, ``{runs}``, ``{seconds}``, ``{cap}`` and
+    ``{points}`` are the run's parameters), what bare RQ measures beside it, the unit, the
+    goal (None: a figure shown for context), and the pools it applies to."""
 
     key: str
-    fanbot: str
+    name: str
     bare: str
-    unit: str  # "ms", "s", "MB", "x ideal", "/min"
-    goal: str
+    unit: str  # "ms", "s", "MB", "x ideal", "/min", "commands"
+    goal: Goal | None
     scale: float = 1.0  # seconds -> ms, bytes -> MB
+    pools: tuple[str, ...] = POOLS
+    digits: int | None = None  # decimals shown (default: by size)
 
 
 ROWS = (
-    Row(key="spawn1", fanbot="spawn -> first model request, 1 spawn, p50",
-        bare="enqueue -> job start", unit="ms", goal="<= 1.5x", scale=1000),
-    Row(key="spawnN", fanbot="spawn -> first model request, burst at once, p50",
-        bare="enqueue -> job start", unit="ms", goal="<= 2x", scale=1000),
-    Row(key="announce50", fanbot="model returns -> announce accepted, p50",
-        bare="XADD -> XREADGROUP", unit="ms", goal="<= 5 ms", scale=1000),
-    Row(key="announce99", fanbot="model returns -> announce accepted, p99",
-        bare="XADD -> XREADGROUP", unit="ms", goal="<= 20 ms", scale=1000),
-    Row(key="makespan", fanbot="makespan of N runs at cap = workers",
-        bare="N sleeping jobs", unit="x ideal", goal="<= 1.04x ideal"),
-    Row(key="pss_idle", fanbot="idle worker process PSS",
-        bare="idle rq worker", unit="MB", goal="<= 45 MB", scale=1 / MIB),
-    Row(key="pss_run", fanbot="PSS added per running subagent",
-        bare="a bare rq horse", unit="MB", goal="<= 8 MB", scale=1 / MIB),
-    Row(key="throughput", fanbot="runs/minute, instant model",
-        bare="no-op jobs/minute", unit="/min", goal=">= 0.4x"),
-    Row(key="kill", fanbot="worker + horse SIGKILLed -> unknown announced",
-        bare="", unit="s", goal="<= 1.5 s"),
+    Row(key="spawn1", name="spawn → first model request p50, 1 spawn",
+        bare="enqueue → job start", unit="ms", scale=1000,
+        goal=Goal(text="≤ 0.5× bare RQ", times_bare=0.5)),
+    Row(key="spawnN", name="spawn → first model request p50, {burst} at once",
+        bare="enqueue → job start", unit="ms", scale=1000,
+        goal=Goal(text="≤ 1.0× bare RQ", times_bare=1.0)),
+    Row(key="announce50",
+        name="model returns → announce accepted by the platform, {burst} ending in one "
+        "thread, p50", bare="XADD → XREADGROUP", unit="ms", scale=1000,
+        goal=Goal(text="≤ 5 ms", limit=5)),
+    Row(key="announce99",
+        name="model returns → announce accepted by the platform, {burst} ending in one "
+        "thread, p99", bare="XADD → XREADGROUP", unit="ms", scale=1000,
+        goal=Goal(text="≤ 20 ms", limit=20)),
+    Row(key="makespan", name="makespan {runs} × {seconds} s at cap {cap}",
+        bare="sleeping jobs", unit="x ideal", digits=3,
+        goal=Goal(text="≤ 1.02× the ideal of whole waves", limit=1.02)),
+    Row(key="pss_idle", name="idle worker process PSS", bare="idle rq worker", unit="MB",
+        scale=1 / MIB, goal=None),
+    Row(key="pss_run", name="PSS added per running subagent, {cap} at once",
+        bare="a bare rq horse", unit="MB", scale=1 / MIB, goal=None),
+    Row(key="pss_slope",
+        name="PSS per running subagent (slope at {points} runs in one process)", bare="",
+        unit="MB", scale=1 / MIB, goal=Goal(text="≤ 1 MB", limit=1), pools=("threads",)),
+    Row(key="throughput", name="runs/minute, instant model", bare="no-op jobs/minute",
+        unit="/min", goal=Goal(text="≥ 1.5× bare RQ no-op jobs", at_most=False, times_bare=1.5)),
+    Row(key="stop99", name="`/subagents stop` → stopped, p99",
+        bare="stop-job command → job stopped, p99", unit="ms", scale=1000,
+        goal=Goal(text="≤ bare RQ's stop in the same run", times_bare=1.0)),
+    Row(key="kill", name="worker process SIGKILLed → every run it held ended (or resumed)",
+        bare="", unit="s", goal=Goal(text="≤ 1.5 s", limit=1.5)),
+    Row(key="commands",
+        name="Redis commands per subagent run, spawn → announce delivered (INFO "
+        "commandstats delta ÷ runs, idle traffic subtracted)",
+        bare="per no-op job", unit="commands", goal=Goal(text="≤ 80", limit=80)),
 )  # fmt: skip
 
 
-def spread(values: list[float], scale: float) -> str:
+def spread(values: list[float], scale: float, digits: int | None = None) -> str:
     """``min / median / p99`` of per-repetition values, scaled; one value prints once."""
     if not values:
         return "-"
     scaled = [v * scale for v in values]
     if len(scaled) == 1:
-        return _num(scaled[0])
+        return _num(scaled[0], digits)
     low, mid = min(scaled), statistics.median(scaled)
-    return f"{_num(low)} / {_num(mid)} / {_num(percentile(scaled, 0.99))}"
+    shown = (_num(v, digits) for v in (low, mid, percentile(scaled, 0.99)))
+    return " / ".join(shown)
 
 
-def _num(value: float) -> str:
+def _num(value: float, digits: int | None = None) -> str:
+    if digits is not None:
+        return f"{value:.{digits}f}"
     if abs(value) >= 100:
         return f"{value:.0f}"
     if abs(value) >= 10:
@@ -70,47 +120,76 @@ def _num(value: float) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class CompareResult:
-    """Figures per row key and side (``fanbot``/``bare``), one value per repetition; the raw
-    latency samples and the last makespan's run spans (start, end) for the plot."""
+    """Figures per row key and side (a pool, ``threads`` or ``fork``, or ``bare``), one value
+    per repetition; lines printed under the table (``details``), the parameters the rows'
+    names show (``names``), the raw latency samples and the last makespan's run spans
+    (start, end) for the plot."""
 
     figures: dict[str, dict[str, list[float]]]
     machine: dict[str, str]
     parameters: dict[str, str]
+    details: dict[str, str] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # for the plot
     timeline: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def values(self, key: str, side: str) -> list[float]:
         return self.figures.get(key, {}).get(side, [])
 
-    def ratio(self, row: Row) -> float | None:
-        fanbot, bare = self.values(row.key, "fanbot"), self.values(row.key, "bare")
-        if not fanbot or not bare or statistics.median(bare) == 0:
-            return None
-        return float(statistics.median(fanbot) / statistics.median(bare))
+    @property
+    def pools(self) -> list[str]:
+        """The pools measured, in :data:`POOLS` order."""
+        return [p for p in POOLS if any(p in sides for sides in self.figures.values())]
 
-    def rows(self) -> list[tuple[str, str, str, str, str]]:
-        """``(metric, fanbot, bare, ratio, goal)`` per row, values as printed."""
+    def ratio(self, row: Row, side: str) -> float | None:
+        """``side``'s median over bare RQ's, or None."""
+        mine, bare = self.values(row.key, side), self.values(row.key, "bare")
+        if not mine or not bare or statistics.median(bare) == 0:
+            return None
+        return float(statistics.median(mine) / statistics.median(bare))
+
+    def met(self, row: Row, side: str) -> bool | None:
+        """Whether ``side`` met ``row``'s goal (None: no goal, not measured, or n/a)."""
+        values = self.values(row.key, side)
+        if row.goal is None or side not in row.pools or not values:
+            return None
+        return row.goal.met(statistics.median(values) * row.scale, self.ratio(row, side))
+
+    def name(self, row: Row) -> str:
+        return row.name.format_map(_Names(self.names))
+
+    def rows(self) -> list[list[str]]:
+        """Per row: the figure, each pool's value, bare RQ's, the goal, each pool's verdict."""
         found = []
         for row in ROWS:
-            ratio = self.ratio(row)
-            bare = spread(self.values(row.key, "bare"), row.scale)
-            found.append((
-                f"{row.fanbot} [{row.unit}]",
-                spread(self.values(row.key, "fanbot"), row.scale),
-                f"{row.bare}: {bare}" if row.bare else "-",
-                f"{ratio:.2f}x" if ratio is not None else "",
-                row.goal,
-            ))  # fmt: skip
+            cells = [f"{self.name(row)} [{row.unit}]"]
+            cells += [self._value(row, side) for side in self.pools]
+            bare = self.values(row.key, "bare")
+            shown = spread(bare, row.scale, row.digits)
+            cells.append(f"{row.bare}: {shown}" if row.bare else NOT_APPLICABLE)
+            cells.append(row.goal.text if row.goal else NOT_APPLICABLE)
+            cells += [_verdict(self.met(row, side)) for side in self.pools]
+            found.append(cells)
         return found
 
+    def _value(self, row: Row, side: str) -> str:
+        if side not in row.pools:
+            return NOT_APPLICABLE
+        shown = spread(self.values(row.key, side), row.scale, row.digits)
+        ratio = self.ratio(row, side)
+        return f"{shown} ({ratio:.2f}x)" if ratio is not None else shown
+
     def table(self) -> str:
-        """A Markdown table, then the machine and the parameters."""
-        lines = [
-            "| metric | fanbot (min / median / p99) | bare RQ / Redis | ratio | goal |",
-            "|---|---|---|---|---|",
-        ]
+        """A Markdown table of the goals, then details, the machine and the parameters."""
+        pools = self.pools
+        head = ["figure", *(f"fanbot {p} pool" for p in pools), "bare RQ / Redis", "goal"]
+        head += [f"{p}: goal" for p in pools]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(cells) + " |" for cells in self.rows()]
         lines.append("")
+        lines.append("Values: min / median / p99 over repetitions (one repetition: its value); "
+                     "(Nx): median over bare RQ's median; goals judged on the medians.")  # fmt: skip
+        lines += [f"- {name}: {text}" for name, text in sorted(self.details.items())]
         lines += self._breakdown()
         for name, value in {**self.machine, **self.parameters}.items():
             lines.append(f"- {name}: {value}")
@@ -120,19 +199,19 @@ class CompareResult:
         """Where an announce's time goes: in the worker (model returns -> the run's
         finalize) and after it (outbox -> gateway -> platform)."""
         lines = []
-        for total_key, part_key, first, then in (
-            ("spawn1", "to_start", "spawn -> run marked running",
-             "running -> first model request"),
-            ("announce", "to_finalize", "model returns -> run finalized",
-             "finalized -> accepted by the platform"),
-        ):  # fmt: skip
-            total = self.samples.get(total_key, {}).get("fanbot", [])
-            part = self.samples.get(part_key, {}).get("fanbot", [])
-            if total and part:
-                head, whole = statistics.median(part) * 1000, statistics.median(total) * 1000
-                lines.append(
-                    f"- {total_key}, medians: {first} {head:.1f} ms, {then} {whole - head:.1f} ms"
-                )
+        for side in self.pools:
+            for total_key, part_key, first, then in (
+                ("spawn1", "to_start", "spawn → run marked running",
+                 "running → first model request"),
+                ("announce", "to_finalize", "model returns → run finalized",
+                 "finalized → accepted by the platform"),
+            ):  # fmt: skip
+                total = self.samples.get(total_key, {}).get(side, [])
+                part = self.samples.get(part_key, {}).get(side, [])
+                if total and part:
+                    head, whole = statistics.median(part) * 1000, statistics.median(total) * 1000
+                    lines.append(f"- {total_key}, {side}, medians: {first} {head:.1f} ms, "
+                                 f"{then} {whole - head:.1f} ms")  # fmt: skip
         return lines
 
     def plot(self, path: Path) -> bool:
@@ -147,16 +226,18 @@ class CompareResult:
             import matplotlib.pyplot as plt
         except ImportError:
             return False
-        fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+        sides = [*self.pools, "bare"]
+        fig, axes = plt.subplots(2, 4, figsize=(20, 8))
         for axis, (key, title) in zip(axes[0], _LATENCIES, strict=True):
-            data = [[v * 1000 for v in self.samples.get(key, {}).get(s, [])] for s in _SIDES]
+            data = {s: [v * 1000 for v in self.samples.get(key, {}).get(s, [])] for s in sides}
+            shown = [side for side in sides if data[side]]
             axis.set_title(title, fontsize=9)
-            if not all(data):
+            if not shown:
                 continue
-            axis.boxplot(data, tick_labels=list(_SIDES))
+            axis.boxplot([data[side] for side in shown], tick_labels=shown)
             axis.set_yscale("log")
             axis.set_ylabel("ms")
-        for axis, side in zip(axes[1][:2], _SIDES, strict=True):
+        for axis, side in zip(axes[1][:3], sides, strict=False):
             spans = sorted(self.timeline.get(side, []))
             for n, (start, end) in enumerate(spans):
                 axis.plot([start, end], [n, n], linewidth=1.5)
@@ -164,21 +245,36 @@ class CompareResult:
             axis.set_xlabel("s since the first spawn / enqueue")
             axis.set_ylabel("run")
         rows = [r for r in ROWS if r.key in ("pss_idle", "pss_run")]
-        for offset, side in enumerate(_SIDES):
+        width = 0.8 / len(sides)
+        for offset, side in enumerate(sides):
             heights = [statistics.median(self.values(r.key, side) or [0.0]) / MIB for r in rows]
-            axes[1][2].bar([n + offset * 0.4 for n in range(len(rows))], heights, 0.4, label=side)
-        axes[1][2].set_xticks(range(len(rows)), ["idle worker", "per running run"])
-        axes[1][2].set_ylabel("PSS, MB")
-        axes[1][2].legend()
+            axes[1][3].bar([n + offset * width for n in range(len(rows))], heights, width,
+                           label=side)  # fmt: skip
+        axes[1][3].set_xticks(range(len(rows)), ["idle worker", "per running run"])
+        axes[1][3].set_ylabel("PSS, MB")
+        axes[1][3].legend()
         fig.tight_layout()
         fig.savefig(path)
         plt.close(fig)
         return True
 
 
-_SIDES = ("fanbot", "bare")
+class _Names(dict[str, str]):
+    """The parameters a row's name shows; one not given shows as ``N``."""
+
+    def __missing__(self, key: str) -> str:
+        return "N"
+
+
+def _verdict(met: bool | None) -> str:
+    if met is None:
+        return NOT_APPLICABLE
+    return "met" if met else "missed"
+
+
 _LATENCIES = (
-    ("spawn1", "spawn -> first request (bare: enqueue -> start), 1 at a time"),
+    ("spawn1", "spawn → first request (bare: enqueue → start), 1 at a time"),
     ("spawnN", "the same, a burst at once"),
-    ("announce", "model returns -> announce (bare: XADD -> XREADGROUP)"),
+    ("announce", "model returns → announce (bare: XADD → XREADGROUP)"),
+    ("stop", "/subagents stop → stopped (bare: stop-job → stopped)"),
 )

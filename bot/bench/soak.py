@@ -1,8 +1,8 @@
 """Soak benchmark: many subagent runs through real processes, then count every announce.
 
 Processes: a private Redis, ``fanbot gateway`` as a child process with the Telegram channel
-pointed at :class:`~bot.testing.fake_telegram.FakeTelegram`, and forked ``fanbot worker``
-processes; the fake model (:class:`~bot.testing.fake_openai.FakeOpenAI`) and the fake Bot
+pointed at :class:`~bot.testing.fake_telegram.FakeTelegram`, and ``fanbot worker`` processes
+in the fork or the threads pool (``pool``); the fake model (:class:`~bot.testing.fake_openai.FakeOpenAI`) and the fake Bot
 API run in this process. Runs are created by the real spawn path
 (:func:`bot.agent.spawn_tool.spawn`) into forum topics, so their announces travel worker ->
 outbox -> gateway -> Telegram like any other. The model answers after a random delay, or
@@ -32,26 +32,28 @@ from pathlib import Path
 from rq import Worker
 from rq.registry import FailedJobRegistry
 
-from bot.agent.context import ToolContext
-from bot.agent.spawn_tool import SpawnArgs, spawn
 from bot.bench import probes
-from bot.bench.bench_stack import stack_problem, telegram_bench_values
+from bot.bench.bench_stack import (
+    pool_args,
+    spawn_in_topic,
+    stack_problem,
+    telegram_bench_values,
+    threads_concurrency,
+)
 from bot.bench.soak_plan import HANG_RUN_TIMEOUT, Kind, PlannedRun, SoakModel, make_plan
 from bot.bench.soak_report import MIB, Rss, SoakResult, announces, compare
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import FanbotError
 from bot.redis.server import RedisServer
-from bot.sessions import qualified_user, requester_session_key
 from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_telegram import FakeTelegram, forum
 from bot.testing.stack import GatewayProcess, WorkerPool, hermetic_env
-from bot.types import RunRecord, ThreadRef
+from bot.types import RunRecord
 
 FORUM = forum(-1001000000777, "soak")
 FIRST_TOPIC = 100
-REQUESTER = "1001"
 POLL = 0.5
 
 
@@ -64,8 +66,10 @@ class SoakConfig:
     """Knobs of one soak (the CLI's options)."""
 
     runs: int = 1000
-    workers: int = 4
+    workers: int = 4  # worker processes
     max_concurrent: int | None = None  # default: ``workers``
+    pool: str = "fork"  # fanbot worker --pool
+    concurrency: int | None = None  # threads pool: runs per process (default: share + dequeuers)
     seed: int = 1
     topics: int = 20
     max_delay: float = 0.3
@@ -80,6 +84,14 @@ class SoakConfig:
     log_dir: Path  # process logs (and the private Redis) go here
     report: Callable[[str], None] | None = None  # gets a progress line every ~10 s
     stopping: threading.Event | None = None  # set (SIGTERM, Ctrl-C): stop at the next wait
+
+    @property
+    def cap(self) -> int:
+        return self.max_concurrent or self.workers
+
+    @property
+    def threads_concurrency(self) -> int:
+        return self.concurrency or threads_concurrency(self.cap, self.workers)
 
 
 @dataclass(kw_only=True)
@@ -145,7 +157,7 @@ async def _with_processes(
         log_dir=config.log_dir,
         log_level="INFO",
         subagents={
-            "max_concurrent": config.max_concurrent or config.workers,
+            "max_concurrent": config.cap,
             "archive_after_minutes": config.archive_after_minutes,
         },
     )
@@ -154,7 +166,12 @@ async def _with_processes(
     soak = _Env(
         config=config,
         deps=deps,
-        pool=WorkerPool(env=env, count=config.workers, log_path=config.log_dir / "workers.log"),
+        pool=WorkerPool(
+            env=env,
+            count=config.workers,
+            log_path=config.log_dir / "workers.log",
+            args=pool_args(config.pool, concurrency=config.threads_concurrency),
+        ),
         gateway=GatewayProcess(env=env, log_path=config.log_dir / "gateway.log"),
         tg=tg,
         plan=plan,
@@ -239,19 +256,10 @@ def _spawn_all(
     ids = {}
     for run in plan:
         _interrupted(stopping)
-        thread = ThreadRef(
-            platform="telegram", account=str(bot_id), chat=str(FORUM["id"]), thread=str(run.topic)
-        )
-        ctx = ToolContext(
-            deps=deps,
-            session_key=requester_session_key(agent_id="main", thread=thread),
-            thread=thread,
-            requester=qualified_user("telegram", REQUESTER),
-            agent_id="main",
-        )
-        timeout = HANG_RUN_TIMEOUT if run.kind is Kind.HANG else None
-        args = SpawnArgs(task=run.task, label=run.label, runTimeoutSeconds=timeout)
-        ids[run.label] = str(spawn(ctx, args)["runId"])
+        ids[run.label] = spawn_in_topic(
+            deps, bot_id=bot_id, chat=FORUM["id"], topic=run.topic, task=run.task,
+            label=run.label, run_timeout=HANG_RUN_TIMEOUT if run.kind is Kind.HANG else None,
+        )  # fmt: skip
     return ids
 
 
@@ -356,10 +364,12 @@ def _rss(soak: _Env, kind: str) -> Rss:
 
 def _parameters(config: SoakConfig, load_start: tuple[float, float, float]) -> dict[str, str]:
     load_end = os.getloadavg()
+    pool = config.pool
+    if pool == "threads":
+        pool += f", {config.threads_concurrency} runs at once per process"
     return {
-        "runs / workers / max_concurrent": (
-            f"{config.runs} / {config.workers} / {config.max_concurrent or config.workers}"
-        ),
+        "runs / workers / max_concurrent": f"{config.runs} / {config.workers} / {config.cap}",
+        "worker pool": pool,
         "seed": str(config.seed),
         "forum topics": str(config.topics),
         "model delay": f"0-{config.max_delay * 1000:.0f} ms uniform",

@@ -13,7 +13,7 @@ from bot.types import RunRecord
 
 MIB = 1024 * 1024
 _VERBS = "finished|failed|timed out|was stopped|ended unexpectedly"  # bot.runs.render.ENDED_VERBS
-_ANNOUNCE = re.compile(rf'^\S+ Subagent #\d+ "(soak-\d+)" \(.*\) (?:{_VERBS})')
+SOAK_LABEL = r"soak-\d+"
 _STATUS_LINE = re.compile(r"^Status: (\w+)$", re.MULTILINE)
 
 
@@ -24,11 +24,13 @@ class Announce:
     status: str
 
 
-def announces(messages: list[SentMessage]) -> list[Announce]:
-    """The soak announces among the messages the bot sent (status messages are not)."""
+def announces(messages: list[SentMessage], *, label: str = SOAK_LABEL) -> list[Announce]:
+    """The announces of runs whose label matches ``label`` (a regular expression) among the
+    messages the bot sent (status messages are not)."""
+    pattern = re.compile(rf'^\S+ Subagent #\d+ "({label})" \(.*\) (?:{_VERBS})')
     found = []
     for message in messages:
-        head = _ANNOUNCE.match(message.text)
+        head = pattern.match(message.text)
         if head is None:
             continue
         status = _STATUS_LINE.search(message.text)

@@ -11,10 +11,14 @@ from bot.bench.soak import SoakConfig, run_soak
 pytestmark = pytest.mark.e2e
 
 
-async def test_small_soak_loses_and_duplicates_nothing(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pool", ["fork", "threads"])
+async def test_small_soak_loses_and_duplicates_nothing(
+    redis_url: str, tmp_path: Path, pool: str
+) -> None:
     config = SoakConfig(
         runs=20,
         workers=2,
+        pool=pool,
         seed=7,
         topics=4,
         fail_rate=0.3,
@@ -34,3 +38,4 @@ async def test_small_soak_loses_and_duplicates_nothing(redis_url: str, tmp_path:
     assert result.streams.dead_letters == 0, report
     assert result.archived == 20, report
     assert result.gateway_exit == 0, report
+    assert result.parameters["worker pool"].startswith(pool), report

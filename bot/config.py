@@ -153,7 +153,7 @@ class WorkerSettings(_Section):
     """How ``fanbot worker`` runs its jobs (docs/architecture.md, "Worker pools")."""
 
     pool: Literal["fork", "threads"] = Field(
-        "fork",
+        "threads",
         description="fork: a process per run (RQ's work horse); threads: runs share "
         "long-lived worker processes, up to `concurrency` each.",
     )

@@ -116,7 +116,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(autouse=True)
 def _stack_pool(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pool of every ``Stack`` the test starts: ``--pool``, else this test's
-    parameter (:func:`pytest_generate_tests`), else each Stack's own default (fork)."""
+    parameter (:func:`pytest_generate_tests`), else each Stack's own default (threads)."""
     pool = request.config.getoption("--pool") or getattr(request, "param", None)
     if pool:
         from bot.testing.stack import Stack

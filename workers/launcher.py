@@ -340,7 +340,7 @@ def parser() -> argparse.ArgumentParser:
         "--pool",
         choices=("fork", "threads"),
         help="fork: a process per run; threads: runs share each worker process "
-        "(default: FANBOT_WORKERS__POOL, else fork)",
+        "(default: FANBOT_WORKERS__POOL, else threads)",
     )
     p.add_argument(
         "--concurrency",

@@ -245,11 +245,11 @@ class Stack:
         router: Command router for the gateway.
         log_dir: Where worker logs go (a temp dir by default).
         pool: The workers' pool, ``fork`` or ``threads`` (``workers.pool`` in ``values``
-            wins; default :attr:`default_pool`, which a test suite may set to run the same
-            tests under both pools).
+            wins; default :attr:`default_pool`, fanbot's own default, which a test suite
+            may set to run the same tests under both pools).
     """
 
-    default_pool: str = "fork"
+    default_pool: str = "threads"
 
     def __init__(
         self,

@@ -118,6 +118,9 @@ def worker_died(deps: Deps, pid: int) -> list[str]:
         jobs = deps.rq.current_jobs(pid=pid, host=socket.gethostname())
         if not jobs or _session_alive(pid):
             return []
+        # A job it popped but had not started yet (killed in between) is the repair
+        # sweep's: still queued, it goes back to its queue (workers/repair.py).
+        jobs = [job for job in jobs if job.get_status(refresh=False) is JobStatus.STARTED]
         runs = [run for job in jobs if (run := deps.jobs.current_run_id(job)) is not None]
         for run_id in runs:
             if _end(deps, run_id, RunStatus.UNKNOWN, f"worker process died (pid {pid})"):

@@ -74,6 +74,9 @@ class WorkerPool:
         args: Sequence[str] = (),
     ) -> None:
         self.env = dict(env)
+        workers = json.loads(self.env.get("FANBOT_WORKERS") or "{}")
+        workers.setdefault("pool", Stack.default_pool)  # as a Stack's workers
+        self.env["FANBOT_WORKERS"] = json.dumps(workers)
         self.count = count
         self.args = list(args)
         self.log_path = log_path
@@ -110,7 +113,7 @@ class WorkerPool:
     @property
     def threads(self) -> bool:
         """Whether the workers run in the threads pool (``FANBOT_WORKERS`` in ``env``)."""
-        return bool(json.loads(self.env.get("FANBOT_WORKERS") or "{}").get("pool") == "threads")
+        return bool(json.loads(self.env["FANBOT_WORKERS"]).get("pool") == "threads")
 
     def run_pids(self) -> list[int]:
         """PIDs of the processes executing jobs now: the work horses in the fork pool, the

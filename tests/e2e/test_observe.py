@@ -101,6 +101,7 @@ async def test_a_fan_out_moves_every_metric_and_both_targets_agree(
             gateway={"http_host": LOOPBACK, "http_port": port, "delivery_backoff_seconds": 0.05},
             telegram={"allow_users": ["alice"]},
             subagents={"max_concurrent": 3},
+            workers={"concurrency": 1},  # two runs at once on two processes, in either pool
         )
         peaks: Samples = {}
         channel = WebhookChannel(platform="telegram")

@@ -8,13 +8,14 @@ is spawned at a time, each after the previous one's announce was accepted by the
 them announced: the slots fill up and runs wait in line); a first run warms everything up
 unmeasured.
 
-What is counted is what Redis executed: the delta of ``INFO commandstats`` over the
-window (every command, those a Lua script calls included, RQ's own too), minus the idle
-traffic of the same stack (its background loops: egress, status cards, the maintenance
-sweep, RQ's worker heartbeats) measured for ``idle_seconds`` before, scaled to the
-window's length; divided by the runs. The window ends ``settle_seconds`` after the last
-announce, so what a run writes after its announce (the card's last edit, RQ's own end of
-the job) counts too.
+What is counted is what Redis executed, counted by :mod:`bot.bench.redis_commands` (as
+``fanbot bench compare``'s commands row counts it): the delta of ``INFO commandstats`` over
+the window (every command, those a Lua script calls included, RQ's own too; ``INFO``
+itself not), minus the idle traffic of the same stack (its background loops: egress,
+status cards, the maintenance sweep, RQ's worker heartbeats) measured for
+``idle_seconds`` before, scaled to the window's length; divided by the runs. The window
+ends ``settle_seconds`` after the last announce, so what a run writes after its announce
+(the card's last edit, RQ's own end of the job) counts too.
 
 How a run is spawned (``via``):
 
@@ -39,7 +40,6 @@ import pkgutil
 import re
 import tempfile
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import redis
+
+from bot.bench import redis_commands
 
 Via = Literal["command", "turn"]
 TASK = "count the commands"
@@ -59,7 +61,8 @@ class RunCommands:
 
     Attributes:
         runs: Runs measured.
-        per_command: Calls per run of each command (lower case, as ``INFO`` names them).
+        per_command: Calls per run of each command (lower case, as ``INFO`` names them;
+            :func:`~bot.bench.redis_commands.per_unit`).
         seconds: The window's length.
         idle_per_second: Commands per second of the idle stack.
         sites: ``(site, command)`` -> calls per run seen by ``MONITOR`` in the window
@@ -76,17 +79,16 @@ class RunCommands:
 
     @property
     def total(self) -> float:
-        return sum(self.per_command.values())
+        return redis_commands.total(self.per_command)
 
     def lines(self, *, sites: bool = True) -> list[str]:
-        """The figure, the commands by count, and (``sites``) the breakdown by code."""
-        ranked = sorted(self.per_command.items(), key=lambda kv: -kv[1])
-        shown = ", ".join(f"{name.upper()} {n:.1f}" for name, n in ranked if abs(n) >= 0.05)
+        """The figure, the commands by count (as ``fanbot bench compare`` lists them, every
+        one), and (``sites``) the breakdown by code."""
         out = [
             f"Redis commands per subagent run, spawn -> announce delivered: {self.total:.1f} "
             f"({self.runs} runs in {self.seconds:.1f} s{self.how}; idle "
             f"{self.idle_per_second:.1f}/s subtracted)",
-            f"  by command: {shown}",
+            f"  by command: {redis_commands.top(self.per_command, count=None)}",
         ]
         if sites and self.sites:
             out.append("  by code (MONITOR, idle not subtracted):")
@@ -96,35 +98,9 @@ class RunCommands:
             for site, n in sorted(per_site.items(), key=lambda kv: -kv[1]):
                 if n < 0.05:
                     continue
-                parts = sorted(
-                    ((c, v) for (s, c), v in self.sites.items() if s == site and v >= 0.05),
-                    key=lambda cv: -cv[1],
-                )
-                detail = ", ".join(f"{c} {v:.1f}" for c, v in parts)
-                out.append(f"  {n:6.1f}  {site}: {detail}")
+                here = {c: v for (s, c), v in self.sites.items() if s == site}
+                out.append(f"  {n:6.1f}  {site}: {redis_commands.top(here, count=None)}")
         return out
-
-
-def commandstats(client: redis.Redis) -> dict[str, int]:
-    """Calls of every command since the server started (or ``CONFIG RESETSTAT``)."""
-    stats: dict[str, Any] = client.info("commandstats")
-    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
-
-
-def delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
-    """``after - before`` per command (pure); commands that did not move are left out."""
-    names = set(before) | set(after)
-    moved = {n: after.get(n, 0) - before.get(n, 0) for n in names}
-    return {n: d for n, d in moved.items() if d}
-
-
-def per_run(
-    window: Mapping[str, int], idle: Mapping[str, int], *, scale: float, runs: int
-) -> dict[str, float]:
-    """Calls per run of each command (pure): the window's minus the idle traffic times
-    ``scale`` (the window's length over the idle measurement's), divided by ``runs``."""
-    names = set(window) | set(idle)
-    return {n: (window.get(n, 0) - idle.get(n, 0) * scale) / runs for n in names}
 
 
 # -- the breakdown by code ---------------------------------------------------------------------
@@ -301,16 +277,16 @@ async def measure(
 
                 await spawn(["warm-up"])
                 await asyncio.sleep(settle_seconds)
-                before, t0 = commandstats(client), time.monotonic()
-                await asyncio.sleep(idle_seconds)
-                idle, idle_took = delta(before, commandstats(client)), time.monotonic() - t0
+                started = redis_commands.start(client)
+                await asyncio.sleep(idle_seconds)  # the stack's loops run meanwhile
+                idle = started.window(client)
                 if watch is not None:
                     watch.on = True
-                before, t0 = commandstats(client), time.monotonic()
+                started = redis_commands.start(client)
                 for first in range(0, runs, burst):
                     await spawn([f"run-{i}" for i in range(first, min(runs, first + burst))])
                 await asyncio.sleep(settle_seconds)
-                window, took = delta(before, commandstats(client)), time.monotonic() - t0
+                window = started.window(client)
                 if watch is not None:
                     watch.on = False
     finally:
@@ -320,9 +296,9 @@ async def measure(
     sites = attribute(watch.seen, script_names()) if watch is not None else Counter()
     return RunCommands(
         runs=runs,
-        per_command=per_run(window, idle, scale=took / idle_took, runs=runs),
-        seconds=took,
-        idle_per_second=sum(idle.values()) / idle_took,
+        per_command=redis_commands.per_unit(window, idle, runs),
+        seconds=window.seconds,
+        idle_per_second=idle.per_second,
         sites={k: v / runs for k, v in sites.items()},
         how=f", {burst} at once" if burst > 1 else "",
     )

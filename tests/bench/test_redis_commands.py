@@ -1,4 +1,5 @@
-"""compare's Redis-commands counter on a private redis: deltas, idle traffic, own polls."""
+"""The Redis-commands counter of ``fanbot bench compare`` and ``fanbot bench commands`` on a
+private redis: deltas, idle traffic, own polls."""
 
 from __future__ import annotations
 
@@ -23,6 +24,18 @@ def test_a_window_counts_every_command_but_its_own_info(rconn: redis.Redis) -> N
     assert window.calls == Counter({"set": 5, "get": 5, "hset": 1})
     assert window.seconds > 0
     assert "info" not in redis_commands.snapshot(rconn)
+
+
+def test_a_window_started_before_awaited_work_counts_the_same(rconn: redis.Redis) -> None:
+    """``start`` then ``window``: what ``fanbot bench commands`` does around awaited work."""
+    started = redis_commands.start(rconn)
+    for n in range(4):
+        rconn.set(f"k{n}", n)
+    time.sleep(0.2)
+    window = started.window(rconn)
+    assert window.calls == Counter({"set": 4})
+    assert window.seconds >= 0.2
+    assert 4 / window.seconds == window.per_second
 
 
 def test_subcommands_keep_their_names(rconn: redis.Redis) -> None:
@@ -79,3 +92,13 @@ def test_per_unit_subtracts_the_idle_rate_and_the_measurers_own_commands() -> No
 
 def test_top_leaves_out_what_the_idle_window_had_more_of() -> None:
     assert redis_commands.top({"ping": -3.0, "get": 2.0, "xack": 0.01}) == "GET 2.0"
+
+
+def test_top_lists_every_command_when_not_told_how_many() -> None:
+    costs = {f"c{n}": float(n + 1) for n in range(12)}
+    assert len(redis_commands.top(costs).split(", ")) == 8
+    assert len(redis_commands.top(costs, count=None).split(", ")) == 12
+
+
+def test_an_empty_window_has_no_rate() -> None:
+    assert Window(calls=Counter({"get": 3}), seconds=0.0).per_second == 0.0

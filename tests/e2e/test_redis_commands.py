@@ -1,8 +1,9 @@
 """Redis commands per subagent run, spawn -> announce delivered, stay under a bound.
 
-Counted as ``fanbot bench commands`` counts them (:mod:`bot.bench.run_commands`): the
-delta of ``INFO commandstats`` over sequential runs on the real stack (gateway, forked
-workers, the fake model), idle traffic subtracted, per run. A behaviour bound, not a
+Counted as ``fanbot bench commands`` counts them (:mod:`bot.bench.run_commands`, with
+:mod:`bot.bench.redis_commands`, as ``fanbot bench compare`` does): the delta of ``INFO
+commandstats`` over sequential runs on the real stack (gateway, forked workers, the fake
+model), idle traffic subtracted, per run. A behaviour bound, not a
 timing: it fails when a change adds round trips or commands to a run's path, and prints
 where they come from (by command, and by script or key family).
 """

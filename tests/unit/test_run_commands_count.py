@@ -1,4 +1,7 @@
-"""The pure parts of ``fanbot bench commands``: deltas, per-run figures, attribution."""
+"""The pure parts of ``fanbot bench commands``: attribution by code, and its report.
+
+The counting itself (deltas, idle traffic, per-run figures) is :mod:`bot.bench.redis_commands`'s,
+tested in tests/bench/test_redis_commands.py."""
 
 from __future__ import annotations
 
@@ -6,16 +9,8 @@ import hashlib
 
 import pytest
 
-from bot.bench.run_commands import RunCommands, Seen, attribute, delta, key_family, per_run
-
-
-def test_a_delta_keeps_what_moved() -> None:
-    assert delta({"get": 3, "set": 1}, {"get": 5, "set": 1, "hset": 2}) == {"get": 2, "hset": 2}
-
-
-def test_per_run_subtracts_the_idle_traffic_scaled_to_the_window() -> None:
-    figures = per_run({"get": 25, "xread": 20}, {"xread": 10}, scale=2.0, runs=5)
-    assert figures == {"get": 5.0, "xread": 0.0}
+from bot.bench import redis_commands
+from bot.bench.run_commands import RunCommands, Seen, attribute, key_family
 
 
 @pytest.mark.parametrize(
@@ -62,3 +57,29 @@ def test_the_report_leads_with_the_figure_and_ranks_the_commands() -> None:
     assert "2 at once" in lines[0]
     assert lines[1] == "  by command: HSET 3.0, GET 1.0"
     assert lines[-1].strip() == "3.0  fanbot:run: HSET 3.0"
+
+
+def test_the_commands_are_listed_as_bench_compare_lists_them_but_all_of_them() -> None:
+    """Same names, amounts and order as compare's detail line (``redis_commands.top``);
+    compare stops at 8, this lists every command; the idle window's surplus is left out of
+    the list (not of the total)."""
+    per_command = {f"cmd{n}": float(n + 1) for n in range(10)} | {"hset": 70.4, "ping": -2.0}
+    result = RunCommands(runs=1, per_command=per_command, seconds=1.0, idle_per_second=0.0)
+    listed = result.lines(sites=False)[1].removeprefix("  by command: ")
+    assert listed.startswith(redis_commands.top(per_command))
+    assert listed.split(", ") == [
+        "HSET 70", "CMD9 10", *(f"CMD{n} {n + 1}.0" for n in range(8, -1, -1))
+    ]  # fmt: skip
+    assert result.total == redis_commands.total(per_command) == 70.4 + 55 - 2
+
+
+def test_each_sites_commands_are_ranked_and_the_sites_by_their_sum() -> None:
+    result = RunCommands(
+        runs=1, per_command={"hset": 1.0}, seconds=1.0, idle_per_second=0.0,
+        sites={("rq:job", "HSET"): 12.0, ("rq:job", "HGET"): 0.01, ("script finalize", "EVALSHA"): 1.0,
+               ("script finalize", "HSET"): 20.0, ("fanbot:progress", "XREAD"): 0.01},
+    )  # fmt: skip
+    assert result.lines()[3:] == [
+        "    21.0  script finalize: HSET 20, EVALSHA 1.0",
+        "    12.0  rq:job: HSET 12",
+    ]

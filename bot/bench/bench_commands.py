@@ -104,7 +104,7 @@ def soak(
     timeout: Annotated[
         float | None, typer.Option(help="Seconds to wait for all runs (default 120 + 1/run).")
     ] = None,
-    pool: Annotated[str, _pool_option()] = "fork",
+    pool: Annotated[str, _pool_option()] = "threads",
     concurrency: Annotated[int | None, _concurrency_option()] = None,
     log_dir: Annotated[Path | None, _log_dir_option(kept="FAIL")] = None,
 ) -> None:
@@ -308,7 +308,7 @@ def run_commands(
     via: Annotated[
         str, typer.Option(help="command (/subagents spawn) or turn (the model spawns).")
     ] = "command",
-    pool: Annotated[str, typer.Option(help="The workers' pool: fork or threads.")] = "fork",
+    pool: Annotated[str, typer.Option(help="The workers' pool: threads or fork.")] = "threads",
     workers: Annotated[int, typer.Option(help="RQ worker processes.", min=1, max=64)] = 2,
     burst: Annotated[
         int, typer.Option(help="Runs spawned at once (each in its thread), then the next.", min=1)

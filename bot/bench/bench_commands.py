@@ -99,7 +99,10 @@ def soak(
         float, typer.Option(help="subagents.archive_after_minutes (the bench waits for it).")
     ] = 0.5,
     rss_bound_mb: Annotated[
-        float, typer.Option(help="Allowed RSS growth, start -> end, per process kind.")
+        float,
+        typer.Option(
+            help="Allowed RSS growth past warm-up (the first tenth of the runs) to the end, per process kind."
+        ),
     ] = 16.0,
     timeout: Annotated[
         float | None, typer.Option(help="Seconds to wait for all runs (default 120 + 1/run).")

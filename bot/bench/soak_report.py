@@ -99,7 +99,10 @@ class Rss:
 
     @property
     def growth(self) -> int:
-        return self.end - self.start
+        """Growth past warm-up (the first tenth of the runs): a leak grows with the runs;
+        warming up does not (caches filled, and a threads-pool process's thread stacks and
+        Redis connections made, once)."""
+        return self.end - self.warm
 
 
 @dataclass(kw_only=True)
@@ -212,7 +215,7 @@ class SoakResult:
             (f"{name} RSS start/warm/end", _rss(rss))
             for name, rss in (("gateway", self.gateway_rss), ("workers", self.worker_rss))
         ]
-        bound = f"{self._bound} each for the gateway and all workers, start -> end"
+        bound = f"{self._bound} each for the gateway and all workers, warm -> end"
         rows += [("RSS growth bound", bound)]
         rows += [("", "== traffic and logs ==")]
         rows += [

@@ -12,6 +12,7 @@ snapshot and attaches nothing.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 
@@ -32,13 +33,26 @@ def out_snapshot() -> OutSnapshot:
     return OutSnapshot(pattern=below(OUT_PREFIX), field=SNAPSHOT_FIELD)
 
 
-def announce_files(deps: Deps, record: RunRecord) -> tuple[tuple[str, ...], list[str]]:
+class Unread(enum.Enum):
+    """The snapshot was not read with the record: :func:`announce_files` reads it."""
+
+    UNREAD = "unread"
+
+
+UNREAD = Unread.UNREAD
+
+
+def announce_files(
+    deps: Deps, record: RunRecord, *, snapshot: str | Unread | None = UNREAD
+) -> tuple[tuple[str, ...], list[str]]:
     """The ``out/`` paths ``record`` wrote that fit the announce, and notes on the rest.
 
-    Never raises: a finalizer must end the run whatever the workspace says.
+    ``snapshot``: the run hash's :data:`SNAPSHOT_FIELD`, when the caller read it with the
+    record (one round trip fewer; ``None``: the hash has none). Never raises: a finalizer
+    must end the run whatever the workspace says.
     """
     try:
-        raw = deps.runs.field(record.run_id, SNAPSHOT_FIELD)
+        raw = deps.runs.field(record.run_id, SNAPSHOT_FIELD) if snapshot is UNREAD else snapshot
         if raw is None:
             return (), []
         before = json.loads(raw)

@@ -317,6 +317,15 @@ class RunsRegistry(RedisOwner):
         raw = self.redis.hgetall(self.keys.run(run_id))
         return decode_record(raw) if raw else None
 
+    def get_with(self, run_id: str, name: str) -> tuple[RunRecord | None, str | None]:
+        """The run and one field of its hash that :class:`RunRecord` does not carry (as
+        :meth:`field` reads it), in the one read :meth:`get` makes."""
+        raw: Any = self.redis.hgetall(self.keys.run(run_id))
+        if not raw:
+            return None, None
+        value = raw.get(name.encode(), raw.get(name))
+        return decode_record(raw), None if value is None else as_text(value)
+
     def get_many(self, run_ids: Iterable[str]) -> list[RunRecord]:
         with self.redis.pipeline(transaction=False) as pipe:
             for run_id in run_ids:

@@ -88,15 +88,18 @@ def execute_run(
         except RunParked as parked:
             _park(deps, record, meter, parked)
             return "parked"
-    finalize_run(
-        deps,
-        run_id,
-        status=status,
-        result=text,
-        notes=notes,
-        usage=meter.usage,
-        tools=meter.tool_calls,
-    )
+        # The watch stops now; its thread is joined once the announce is written (the
+        # finalize script decides alone whether this call or the watch's ends the run).
+        watch.done.set()
+        finalize_run(
+            deps,
+            run_id,
+            status=status,
+            result=text,
+            notes=notes,
+            usage=meter.usage,
+            tools=meter.tool_calls,
+        )
     return status.value
 
 

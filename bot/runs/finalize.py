@@ -21,7 +21,7 @@ from bot.observe import tracing
 from bot.prices import estimate_cost
 from bot.runs.join import after_last_run
 from bot.runs.line import after_slot_freed
-from bot.runs.outfiles import announce_files
+from bot.runs.outfiles import announce_files, out_snapshot
 from bot.runs.render import (
     ANNOUNCE_SKIP,
     history_note,
@@ -29,7 +29,7 @@ from bot.runs.render import (
     render_compact_card,
 )
 from bot.runs.send import settle_leftovers
-from bot.store.runs import TOOLS_FIELD, Finalization
+from bot.store.runs import TOOLS_FIELD, Finalization, OutFiles
 from bot.types import Cleanup, Outbound, OutboundKind, RunRecord, RunStatus, Usage
 
 log = logging.getLogger(__name__)
@@ -59,11 +59,19 @@ def finalize_run(
     ``result=None`` keeps whatever partial result the run recorded while working;
     ``tools``: the run's tool call count, saved by the same script (``None``: as saved).
     """
-    record = deps.runs.get(run_id)
+    # The out/ files come with the record: one round trip before the announce's write.
+    record, seen = deps.runs.get_for_end(run_id, out_snapshot())
     if record is None:
         return False
     return end_run(
-        deps, record, status=status, result=result, notes=notes, usage=usage, tools=tools
+        deps,
+        record,
+        status=status,
+        result=result,
+        notes=notes,
+        usage=usage,
+        tools=tools,
+        seen=seen,
     )
 
 
@@ -78,10 +86,12 @@ def end_run(
     usage: Usage | None = None,
     tools: int | None = None,
     stop: StopMarks | None = None,
+    seen: OutFiles | None = None,
 ) -> bool:
     """:func:`finalize_run` for a ``record`` read already (it is not read again); the
     script decides whether it still ends (True if this call ended it). ``stop``: a stop's
-    own writes, made by the same script either way."""
+    own writes, made by the same script either way. ``seen``: the run's ``out/`` files, when
+    read with ``record`` (see :func:`~bot.runs.outfiles.announce_files`)."""
     ended_at = time.time()
     usage = usage or record.usage
     record = dataclasses.replace(
@@ -95,7 +105,7 @@ def end_run(
     # A child reports to its parent run (its fan-in resumes the parent with this result),
     # never to the thread or the requester's history.
     skip = quiet or record.depth > 1
-    files, file_notes = ((), []) if skip else announce_files(deps, record)
+    files, file_notes = ((), []) if skip else announce_files(deps, record, seen=seen)
     notes = _notes(record, "\n".join([notes.strip(), *file_notes]))
     outcome = Finalization(
         status=status,

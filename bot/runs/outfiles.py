@@ -17,7 +17,7 @@ import logging
 
 from bot.attachments import OUT_PREFIX, changed_paths, out_files
 from bot.deps import Deps
-from bot.store.runs import OutSnapshot
+from bot.store.runs import OutFiles, OutSnapshot
 from bot.store.workspace import below
 from bot.types import RunRecord
 
@@ -32,17 +32,23 @@ def out_snapshot() -> OutSnapshot:
     return OutSnapshot(pattern=below(OUT_PREFIX), field=SNAPSHOT_FIELD)
 
 
-def announce_files(deps: Deps, record: RunRecord) -> tuple[tuple[str, ...], list[str]]:
+def announce_files(
+    deps: Deps, record: RunRecord, *, seen: OutFiles | None = None
+) -> tuple[tuple[str, ...], list[str]]:
     """The ``out/`` paths ``record`` wrote that fit the announce, and notes on the rest.
 
-    Never raises: a finalizer must end the run whatever the workspace says.
+    ``seen``: the snapshot and the files now, when the caller read them with the record
+    (:meth:`~bot.store.runs.RunsRegistry.get_for_end`; one round trip before the announce's
+    write instead of three). Never raises: a finalizer must end the run whatever the
+    workspace says.
     """
     try:
-        raw = deps.runs.field(record.run_id, SNAPSHOT_FIELD)
+        raw = deps.runs.field(record.run_id, SNAPSHOT_FIELD) if seen is None else seen.before
         if raw is None:
             return (), []
         before = json.loads(raw)
-        changed = changed_paths(before, deps.workspace.hashes(record.session_key, OUT_PREFIX))
+        now = deps.workspace.hashes(record.session_key, OUT_PREFIX) if seen is None else seen.now
+        changed = changed_paths(before, now)
         sizes = dict(zip(changed, deps.workspace.sizes(record.session_key, changed), strict=True))
     except Exception:
         log.warning("run %s: cannot list its out/ files", record.run_id, exc_info=True)

@@ -167,6 +167,38 @@ return shown
 many."""
 
 
+_READ_FOR_END = (
+    HASHES_LUA
+    + """
+local flat = redis.call('HGETALL', KEYS[1])
+local run = {}
+for i = 1, #flat, 2 do run[flat[i]] = flat[i + 1] end
+local now = {}
+if run[ARGV[3]] and (tonumber(run['depth'] or '') or 1) <= 1 then
+  now = file_hashes(ARGV[1] .. (run['session_key'] or ''), ARGV[2])
+end
+return {flat, now}
+"""
+)
+"""KEYS: the run hash. ARGV: the workspace key prefix, the snapshot's SCAN pattern and hash
+field. Returns ``{the hash, path, sha1... of those files now}``; the files only when the run
+kept a snapshot at its start and is a root run (a child reports to its parent run, with no
+files)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutFiles:
+    """What a run's end reads to tell which ``out/`` files it wrote.
+
+    Attributes:
+        before: The snapshot its start kept (``{path: sha1}`` as JSON; None: no snapshot).
+        now: Path -> sha1 of those files now (empty without a snapshot, and for a child).
+    """
+
+    before: str | None
+    now: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, kw_only=True)
 class OutSnapshot:
     """Files of the run's session workspace to snapshot into its hash when it starts.
@@ -259,6 +291,7 @@ class RunsRegistry(RedisOwner):
     _create_joined = Lua(_CREATE_JOINED)
     _start = Lua(_START)
     _places = Lua(_PLACES)
+    _read_for_end = Lua(_READ_FOR_END)
 
     def __init__(
         self,
@@ -316,6 +349,26 @@ class RunsRegistry(RedisOwner):
     def get(self, run_id: str) -> RunRecord | None:
         raw = self.redis.hgetall(self.keys.run(run_id))
         return decode_record(raw) if raw else None
+
+    def get_for_end(
+        self, run_id: str, snapshot: OutSnapshot
+    ) -> tuple[RunRecord | None, OutFiles | None]:
+        """The run, and what its end needs to tell which files it wrote (see
+        :class:`OutFiles`), in one round trip: the run's finalize writes its announce next.
+        Files None: the workspace could not be read (the run is read alone)."""
+        keys = [self.keys.run(run_id)]
+        args = [self.keys.workspace(""), snapshot.pattern, snapshot.field]
+        try:
+            flat, now = self._read_for_end(keys=keys, args=args)
+        except redis.ResponseError:  # a workspace that is no hash: the run still ends
+            return self.get(run_id), None
+        raw = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        before = raw.get(snapshot.field.encode())
+        files = OutFiles(
+            before=None if before is None else as_text(before),
+            now={as_text(now[i]): as_text(now[i + 1]) for i in range(0, len(now), 2)},
+        )
+        return (decode_record(raw) if raw else None), files
 
     def get_many(self, run_ids: Iterable[str]) -> list[RunRecord]:
         with self.redis.pipeline(transaction=False) as pipe:

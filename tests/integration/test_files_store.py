@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +11,7 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.gateway.inbox import save_attachments
 from bot.runs.execute import start_run
-from bot.runs.outfiles import announce_files
+from bot.runs.outfiles import announce_files, out_snapshot
 from bot.types import Attachment, RunRecord, ThreadRef
 
 SESSION = "agent:main:telegram:1:topic:2"
@@ -64,3 +65,36 @@ def test_a_run_attaches_the_out_files_it_changed_bounded(deps: Deps) -> None:
     files, notes = announce_files(deps, record)
     assert files == ("/out/a.txt", "/out/b.txt")
     assert notes == ["out/old.txt not attached: more than 2 files"]
+
+
+def test_the_out_files_read_with_the_record_in_one_round_trip_are_the_same(deps: Deps) -> None:
+    """finalize_run reads the run, its snapshot and the out/ files now in one script; what
+    the announce attaches is what announce_files finds reading them one by one."""
+    ws = deps.workspace
+    ws.put_bytes(SESSION, "out/old.txt", b"before")
+    record = RunRecord(
+        run_id="r2", seq=2, session_key=SESSION, child_session_key="c", session_id="s",
+        thread=ThreadRef(platform="telegram", account="1", chat="1"), requester="x",
+        agent_id="main", subagent_type="general", task="t", model="m",
+    )  # fmt: skip
+    deps.runs.create(record)
+    read, seen = deps.runs.get_for_end(record.run_id, out_snapshot())
+    assert read is not None and read.run_id == "r2"
+    assert seen is not None and seen.before is None and seen.now == {}  # never started
+    assert announce_files(deps, record, seen=seen) == ((), [])
+    assert start_run(deps, record.run_id).started
+    ws.put_bytes(SESSION, "out/old.txt", b"after")
+    ws.put_bytes(SESSION, "out/a.txt", b"new")
+    ws.put_bytes(SESSION, "notes.txt", b"not under out/")
+    read, seen = deps.runs.get_for_end(record.run_id, out_snapshot())
+    assert read is not None and seen is not None and seen.before is not None
+    assert set(seen.now) == {"/out/old.txt", "/out/a.txt"}
+    assert announce_files(deps, record, seen=seen) == announce_files(deps, record)
+    assert announce_files(deps, record, seen=seen)[0] == ("/out/a.txt", "/out/old.txt")
+    child = dataclasses.replace(record, run_id="r3", seq=3, depth=2, parent_run_id="r2")
+    deps.runs.create(child)
+    assert start_run(deps, child.run_id).started
+    read, seen = deps.runs.get_for_end(child.run_id, out_snapshot())
+    assert read is not None and read.depth == 2
+    assert seen is not None and seen.now == {}  # a child attaches nothing: not hashed
+    assert deps.runs.get_for_end("gone", out_snapshot())[0] is None

@@ -46,6 +46,7 @@ from bot.observe.gateway import (
 )
 from bot.observe.health import Check
 from bot.ports import ChannelAdapter
+from bot.prices import warm as warm_prices
 from bot.redis.connect import connect_async
 from bot.redis.watch import RedisWatch
 from bot.runs.naming import run_title
@@ -151,11 +152,21 @@ class Gateway:
             asyncio.create_task(self.egress.run(), name="egress"),
             asyncio.create_task(self.progress.run(), name="progress"),
             asyncio.create_task(self.observer.flushing(), name="metrics"),
+            asyncio.create_task(self._warm_prices(), name="warm-prices"),
         ]
         # Each adapter on its own: one whose platform is down is retried in the background.
         await self.starter.start_all(self.adapters.values())
         self._starting.intersection_update(self.starter.retrying)  # refused ones: not waited for
         await self._start_http()
+
+    async def _warm_prices(self) -> None:
+        """Load the price table off the event loop now: a stop ends its run here, and the
+        first one would otherwise wait for the load (see :func:`bot.prices.warm`)."""
+        openai = self.settings.openai
+        try:
+            await asyncio.to_thread(warm_prices, dict.fromkeys([openai.model, *openai.models]))
+        except Exception:  # the cost is then computed (and the table loaded) on first use
+            log.warning("could not load the price table ahead of use", exc_info=True)
 
     def _adapter_started(self, adapter: ChannelAdapter) -> None:
         self._starting.discard(adapter.platform)

@@ -32,3 +32,13 @@ def test_a_router_style_name_falls_back_to_the_model_part() -> None:
 @pytest.mark.parametrize("model", ["fake-model", "my-local-llama", ""])
 def test_an_unknown_model_has_no_cost(model: str) -> None:
     assert estimate_cost(model, MILLION, {"other": Price(input=1, output=1)}) is None
+
+
+def test_warm_loads_the_table_and_caches_each_model_looked_up() -> None:
+    from bot import prices
+
+    prices.warm(["gpt-4o-mini", "fake-model", ""])
+    cached = prices._known.cache_info().currsize
+    prices.warm(["gpt-4o-mini", "fake-model"])
+    assert prices._known.cache_info().currsize == cached  # looked up once, then cached
+    assert estimate_cost("gpt-4o-mini", MILLION, {}) is not None

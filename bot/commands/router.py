@@ -5,22 +5,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from bot.commands.parse import Command
 from bot.commands.registry import COMMANDS, HELP_TEXT
 from bot.deps import Deps
 from bot.runs.access import Actor
-from bot.types import Inbound, Outbound, OutboundKind
+from bot.types import Inbound, Outbound, OutboundKind, RunRecord
+
+
+class Unread(Enum):
+    """What a request was not given; a handler that needs it reads it."""
+
+    UNREAD = "unread"
+
+
+UNREAD = Unread.UNREAD
 
 
 @dataclass(frozen=True, kw_only=True)
 class CommandRequest:
-    """A parsed command with where and by whom it was written."""
+    """A parsed command with where and by whom it was written.
+
+    ``bound``: the thread-bound child whose thread the command was written in, as ingress
+    found it (None: none), so the handlers do not read it again; :data:`UNREAD`: not looked up.
+    """
 
     command: Command
     inbound: Inbound
     session_key: str
     deps: Deps
+    bound: RunRecord | Unread | None = UNREAD
 
     @property
     def actor(self) -> Actor:

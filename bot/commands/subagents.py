@@ -20,7 +20,7 @@ from bot.commands import schedule_chat as schedule_commands
 from bot.commands.answers import render_family, render_info, render_list, render_log
 from bot.commands.parse import Command
 from bot.commands.registry import LOG_DEFAULT, LOG_MAX, SUBAGENTS, USAGE
-from bot.commands.router import CommandRequest, CommandRouter, early_reply
+from bot.commands.router import UNREAD, CommandRequest, CommandRouter, early_reply
 from bot.commands.spawn_command import handle_spawn
 from bot.runs.access import (
     Resolution,
@@ -145,7 +145,10 @@ def handle_subagents(req: CommandRequest) -> str:
 def _scope_session(req: CommandRequest) -> str:
     """In a child's own thread, the session it was spawned from; else the thread's."""
     thread = req.inbound.thread
-    bound = bound_run(req.deps, thread) if thread.thread else None
+    if req.bound is not UNREAD:
+        bound = req.bound  # ingress looked it up
+    else:
+        bound = bound_run(req.deps, thread) if thread.thread else None
     return bound.session_key if bound else req.session_key
 
 

@@ -250,7 +250,11 @@ class Ingress:
         command = parse_command(inbound.text)
         assert command is not None
         request = CommandRequest(
-            command=command, inbound=inbound, session_key=message.session_key, deps=self.deps
+            command=command,
+            inbound=inbound,
+            session_key=message.session_key,
+            deps=self.deps,
+            bound=message.bound,
         )
         answer = self.router.dispatch(request)
         if answer:  # "": the handler queued its answer itself (see early_reply)

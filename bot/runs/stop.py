@@ -27,8 +27,10 @@ from bot.runs.approval_gate import withdraw
 from bot.runs.finalize import StopMarks, end_run
 from bot.runs.join import JOB_PREFIX
 from bot.runs.naming import Icon, run_title
+from bot.runs.outfiles import out_snapshot
 from bot.runs.stop_plan import StopPlan, StopState, plan_stop, to_stop
 from bot.sessions import qualified_user
+from bot.store.runs import OutFiles
 from bot.store.stops import TURN_MEMBER
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus
 
@@ -75,7 +77,7 @@ def stop_run(
     """
     state = read_stop(deps, run_id, record=record, family=family)
     plan = plan_stop(state, run_id=run_id, by=by, now=time.time())
-    return apply_stop(deps, plan)
+    return apply_stop(deps, plan, seen=state.seen)
 
 
 def read_stop(
@@ -85,8 +87,14 @@ def read_stop(
     record: RunRecord | None = None,
     family: Sequence[RunRecord] | None = None,
 ) -> StopState:
-    """Everything :func:`~bot.runs.stop_plan.plan_stop` needs, read once."""
-    record = record if record is not None else deps.runs.get(run_id)
+    """Everything :func:`~bot.runs.stop_plan.plan_stop` needs, read once.
+
+    A run that announces (not a child) is read again with its ``out/`` files, in one round
+    trip, even when given: ending it would otherwise read them in two before it writes.
+    """
+    seen: OutFiles | None = None
+    if record is None or record.depth <= 1:
+        record, seen = deps.runs.get_for_end(run_id, out_snapshot())
     if record is None or record.status.terminal:
         return StopState(run=record)
     runs = tuple(family if family is not None else deps.runs.session_runs(record.session_key))
@@ -96,11 +104,14 @@ def read_stop(
         if r.status is not RunStatus.QUEUED and r.started_at is not None
     }
     joins = tuple(deps.joins.of_session(record.session_key))
-    return StopState(run=record, family=runs, joins=joins, steps=steps)
+    return StopState(run=record, family=runs, joins=joins, steps=steps, seen=seen)
 
 
-def apply_stop(deps: Deps, plan: StopPlan) -> StopResult:
-    """Perform ``plan``, then its children's plans; returns what stopping the run did."""
+def apply_stop(deps: Deps, plan: StopPlan, *, seen: OutFiles | None = None) -> StopResult:
+    """Perform ``plan``, then its children's plans; returns what stopping the run did.
+
+    ``seen``: the run's ``out/`` files as :func:`read_stop` read them with it.
+    """
     record = plan.run
     if record is None:
         return StopResult(run_id=plan.run_id, was=plan.was)
@@ -108,7 +119,7 @@ def apply_stop(deps: Deps, plan: StopPlan) -> StopResult:
     hard = plan.hard_stop or started
     grace = deps.settings.subagents.hard_kill_grace_seconds
     marks = StopMarks(recheck_at=time.time() + grace if hard else None)
-    ended = end_run(deps, record, status=RunStatus.STOPPED, notes=plan.notes, stop=marks)
+    ended = end_run(deps, record, status=RunStatus.STOPPED, notes=plan.notes, stop=marks, seen=seen)
     if plan.withdraw_approval:
         withdraw(deps, plan.withdraw_approval)  # its request must not wait for a decision
     for job_id in plan.cancel_jobs:

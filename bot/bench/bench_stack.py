@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,27 @@ def spawn_in_topic(
     )
     args = SpawnArgs(task=task, label=label, runTimeoutSeconds=run_timeout)
     return str(spawn(ctx, args)["runId"])
+
+
+def wait_until(
+    check: Callable[[], bool],
+    *,
+    problem: Callable[[], str | None],
+    error: type[Exception],
+    timeout: float,
+    what: str,
+    poll: float,
+) -> None:
+    """Poll ``check`` every ``poll`` seconds until true; raise ``error`` with ``problem()``
+    (say, :func:`stack_problem`) as soon as it names one, or once ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        found = problem()
+        if found is not None:
+            raise error(found)
+        if time.monotonic() > deadline:
+            raise error(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(poll)
 
 
 def stack_problem(

@@ -25,7 +25,7 @@ from rq import Queue, Worker
 from rq.job import Job
 
 from bot.bench import bare
-from bot.bench.bench_stack import spawn_in_topic, stack_problem, threads_concurrency
+from bot.bench.bench_stack import spawn_in_topic, stack_problem, threads_concurrency, wait_until
 from bot.bench.stats import percentile
 from bot.deps import Deps
 from bot.errors import FanbotError
@@ -188,18 +188,18 @@ def wait_quiet(bench: BenchEnv) -> None:
 
 
 def _until(bench: BenchEnv, check: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        _require_alive(bench)
-        if time.monotonic() > deadline:
-            raise CompareError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(POLL)
+    wait_until(check, problem=lambda: _problem(bench), error=CompareError, timeout=timeout,
+               what=what, poll=POLL)  # fmt: skip
 
 
 def _require_alive(bench: BenchEnv) -> None:
-    problem = stack_problem(stopping=bench.config.stopping, gateway=bench.gateway, pool=bench.pool)
+    problem = _problem(bench)
     if problem is not None:
         raise CompareError(problem)
+
+
+def _problem(bench: BenchEnv) -> str | None:
+    return stack_problem(stopping=bench.config.stopping, gateway=bench.gateway, pool=bench.pool)
 
 
 def _ready(bench: BenchEnv) -> bool:

@@ -35,6 +35,7 @@ from bot.bench.bench_stack import (
     stack_problem,
     telegram_bench_values,
     threads_concurrency,
+    wait_until,
 )
 from bot.bench.compare_env import pss
 from bot.bench.many_report import ManyResult
@@ -228,18 +229,18 @@ def _sample(many: _Env) -> None:
 
 
 def _until(many: _Env, check: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        _require_alive(many)
-        if time.monotonic() > deadline:
-            raise ManyError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(POLL)
+    wait_until(check, problem=lambda: _problem(many), error=ManyError, timeout=timeout,
+               what=what, poll=POLL)  # fmt: skip
 
 
 def _require_alive(many: _Env) -> None:
-    problem = stack_problem(stopping=many.config.stopping, gateway=many.gateway, pool=many.pool)
+    problem = _problem(many)
     if problem is not None:
         raise ManyError(problem)
+
+
+def _problem(many: _Env) -> str | None:
+    return stack_problem(stopping=many.config.stopping, gateway=many.gateway, pool=many.pool)
 
 
 def _ready(many: _Env) -> bool:

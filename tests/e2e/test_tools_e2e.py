@@ -9,7 +9,6 @@ the shared workspace.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Callable
@@ -176,43 +175,3 @@ async def test_a_subagent_searches_through_a_worker_and_announces_the_hits(redis
     assert asked == ["otter rafts"]  # the worker's web_search reached the provider
     assert "Found: Results for 'otter rafts' (searxng)" in announce.text
     assert "1. Sea otter\n   https://example.org/otter\n   Rafts" in announce.text
-
-
-def sleeps_under(pids: list[int]) -> list[int]:
-    """``sleep`` processes among the descendants of ``pids``."""
-    import psutil
-
-    found = []
-    for pid in pids:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            found += [
-                p.pid for p in psutil.Process(pid).children(recursive=True) if p.name() == "sleep"
-            ]
-    return found
-
-
-async def test_a_stopped_runs_sandbox_command_dies_with_it_and_the_worker_lives_on(
-    redis_url: str,
-) -> None:
-    model = (
-        ScriptedModel(default=Text("Done."))
-        .on(is_subagent, ToolCalls([Call("execute", {"command": "sleep 60"})]), times=1)
-        .on(is_subagent, Text("after the sleep"))
-        .on("nap", ToolCalls([Call("sessions_spawn", {"task": "nap", "label": "Nap"})]), times=1)
-    )
-    values = stack_values(redis_url, "")
-    channel = MemoryChannel()
-    async with FakeOpenAI(model) as llm:
-        values["openai"]["base_url"] = llm.base_url
-        async with Stack(values=values, adapters=[channel], workers=1) as stack:
-            await channel.say("take a nap")
-            # Once a job executes, the launcher's children are its workers (not its start-up
-            # probes, such as the sandbox's).
-            await stack.wait_for(lambda: bool(stack.pool.run_pids()), timeout=30)
-            workers = stack.pool.worker_pids()
-            await stack.wait_for(lambda: bool(sleeps_under(workers)), timeout=30)
-            await channel.say("/subagents stop 1")
-            [announce] = await until(lambda: channel.announces, timeout=20)
-            await stack.wait_for(lambda: not sleeps_under(workers), timeout=5)
-            assert stack.pool.worker_pids() == workers  # the stop took the run, not the worker
-    assert "Status: stopped" in announce.text, announce.text

@@ -12,15 +12,11 @@ ends with a note saying how much was dropped.
 from __future__ import annotations
 
 import contextlib
-import logging
 import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx2
 import openai
 
 from bot.agent.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
@@ -30,114 +26,27 @@ from bot.supervise import abort
 from bot.text.clip import cut_note
 from bot.types import Usage
 
-log = logging.getLogger(__name__)
-
 OFFLINE_BASE_URL_HINT = "no model endpoint configured"
 MAX_NAME_CHARS = 256  # a tool name; real ones are short, a runaway one is cut
-DRAIN_SECONDS = 0.1  # a streamed body closed early: how long its rest may take to come,
-DRAIN_BYTES = 8192  # and how much of it is read, to keep the connection for the next call
 
 
 def _cutter(stream: Any) -> Callable[[], None]:
     """How to cut ``stream``'s response from another thread: shut its socket down, which
-    wakes the reading thread at once (closing the file descriptor would not).
-
-    An SDK stream's body is also made :class:`_Reusable`, so that a completion that ends
-    normally leaves its keep-alive connection in the client's pool."""
+    wakes the reading thread at once (closing the file descriptor would not)."""
     response = getattr(stream, "response", None)
-    if (
-        isinstance(response, httpx2.Response)
-        and isinstance(response.stream, httpx2.SyncByteStream)
-        and not response.is_closed
-        and not response.is_stream_consumed
-    ):
-        body = _Reusable(response, response.stream)
-        response.stream = body
-        return body.cut
 
     def cut() -> None:
-        if response is not None and not _shut_down(response):
+        if response is None:
+            return
+        network = response.extensions.get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        if sock is None:
             response.close()
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
     return cut
-
-
-def _shut_down(response: Any) -> bool:
-    """Shut ``response``'s socket down; False if it has none to shut down."""
-    network = response.extensions.get("network_stream")
-    sock = network.get_extra_info("socket") if network is not None else None
-    if sock is None:
-        return False
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    return True
-
-
-class _Reusable(httpx2.SyncByteStream):
-    """A streamed response's body that leaves its connection reusable.
-
-    The SDK stops reading at ``data: [DONE]`` and closes the response before the body's
-    end (the chunked encoding's last chunk), so httpx2 would close the connection rather
-    than return it to the pool: a new TCP (and TLS) handshake for every model call. Closed
-    early, this body first reads the rest of itself, at most :data:`DRAIN_BYTES` within
-    :data:`DRAIN_SECONDS` (what the SDK's async stream does after ``[DONE]``); a body that
-    does not end by then is closed with its connection, as before.
-
-    :meth:`cut` (a stop, from another thread) shuts the socket down instead. Whichever of
-    close and cut comes first settles the body: a cut body is not drained, and a closed one
-    (its connection maybe already another request's) is not cut.
-    """
-
-    def __init__(self, response: httpx2.Response, body: httpx2.SyncByteStream) -> None:
-        self._response = response
-        self._body = body
-        self._lock = threading.Lock()
-        self._settled = False
-        self._spent = False
-
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            yield from self._body
-        except Exception:
-            self._spent = True  # and its connection closed
-            raise
-        self._spent = True  # read to its end: nothing to drain
-
-    def cut(self) -> None:
-        with self._lock:  # held while shutting down: close() releases only after
-            if self._settled:
-                return
-            self._settled = True
-            if _shut_down(self._response):
-                return
-        self._response.close()  # no socket to shut down
-
-    def close(self) -> None:
-        with self._lock:
-            drain = not (self._settled or self._spent)
-            self._settled = True
-        try:
-            if drain:
-                self._drain()
-        finally:
-            self._body.close()
-
-    def _drain(self) -> None:
-        if self._response.http_version != "HTTP/1.1":
-            return  # HTTP/2 closes the one stream and keeps the connection
-        try:
-            extensions = self._response.request.extensions
-            timeouts = extensions.get("timeout")
-            if isinstance(timeouts, dict):  # each read of the drain waits this long at most
-                extensions["timeout"] = {**timeouts, "read": DRAIN_SECONDS}
-            deadline = time.monotonic() + DRAIN_SECONDS
-            read = 0
-            for piece in self._body:  # the rest of the body: none left after [DONE]
-                read += len(piece)
-                if read > DRAIN_BYTES or time.monotonic() > deadline:
-                    break
-        except Exception:  # the completion is whole: cleanup must not fail it
-            log.debug("draining a model response failed", exc_info=True)
 
 
 def retries_within(budget: float | None, per_attempt: float, configured: int) -> int:

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
@@ -46,8 +44,6 @@ class RecordedRequest:
         reply: What the script answered.
         status: HTTP status sent.
         outcome: ``in_flight``, ``ok``, ``error`` (HTTP error sent) or ``disconnected``.
-        connection: Number of the TCP connection it arrived on, from 0 (see
-            :attr:`FakeOpenAI.connections`).
     """
 
     index: int
@@ -59,7 +55,6 @@ class RecordedRequest:
     reply: Reply | None = None
     status: int | None = None
     outcome: str = "in_flight"
-    connection: int = 0
 
     @property
     def retry_count(self) -> int:
@@ -83,8 +78,6 @@ class FakeOpenAI(ChatServer):
         self._records: list[RecordedRequest] = []
         self._in_flight = 0
         self._max_concurrent = 0
-        self._connections: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
-        self._connection_numbers = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -104,12 +97,6 @@ class FakeOpenAI(ChatServer):
     def max_concurrent(self) -> int:
         """High-water mark of :attr:`in_flight`."""
         return self._max_concurrent
-
-    @property
-    def connections(self) -> int:
-        """TCP connections the chat-completions requests so far arrived on: a client that
-        keeps its connection alive sends many requests on one."""
-        return len({record.connection for record in self._records})
 
     def max_overlap(self, where: Callable[[RecordedRequest], bool] | None = None) -> int:
         """Most requests matching ``where`` that were in flight at the same moment.
@@ -179,16 +166,6 @@ class FakeOpenAI(ChatServer):
 
     # --- recording ---------------------------------------------------------------------
 
-    def _connection(self, request: web.Request) -> int:
-        """The number of the TCP connection ``request`` arrived on (its transport's)."""
-        transport = request.transport
-        if transport is None:  # the client already left
-            return next(self._connection_numbers)
-        number = self._connections.get(transport)
-        if number is None:
-            number = self._connections[transport] = next(self._connection_numbers)
-        return number
-
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         chat = await self._read(request)
         if isinstance(chat, web.Response):
@@ -199,7 +176,6 @@ class FakeOpenAI(ChatServer):
             chat=chat,
             headers={k.lower(): v for k, v in request.headers.items()},
             started_at=time.monotonic(),
-            connection=self._connection(request),
         )
         self._records.append(record)
         self._in_flight += 1

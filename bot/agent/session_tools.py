@@ -179,12 +179,14 @@ SESSION_TOOLS_LIST: tuple[Tool, ...] = (
         description="List the subagent runs spawned from this conversation, newest first.",
         args=ListArgs,
         run=_list,
+        repeat_safe=True,
     ),
     Tool(
         name="sessions_history",
         description="Read the transcript of one of this conversation's subagent runs.",
         args=HistoryArgs,
         run=_history,
+        repeat_safe=True,
     ),
     Tool(
         name="sessions_send",
@@ -198,5 +200,6 @@ SESSION_TOOLS_LIST: tuple[Tool, ...] = (
         description="List the agents and subagent types you can spawn.",
         args=NoArgs,
         run=_agents,
+        repeat_safe=True,
     ),
 )

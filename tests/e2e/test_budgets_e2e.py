@@ -120,7 +120,15 @@ async def test_a_thread_over_its_daily_budget_is_told_without_a_model_call(
     model = spending_model({"task": "spend"}, main_usage=main_usage)
     async with FakeOpenAI(model, models=["fake-model"]) as fake:
         budgets = {"thread_daily_tokens": 4_500, "user_daily_tokens": 8_000}
-        values = stack_values(redis_url, fake.base_url, prices=PRICES, budgets=budgets)
+        # Small output caps keep each call's held estimate small: the main agent's second
+        # call must not wait behind the subagent's holds (it then loses the race to them).
+        values = stack_values(
+            redis_url,
+            fake.base_url,
+            prices=PRICES,
+            budgets=budgets,
+            openai={"max_output_tokens": 100},
+        )
         channel = MemoryChannel()
         here, there = channel.thread("one"), channel.thread("two")
         async with Stack(values=values, adapters=[channel], workers=2) as stack:

@@ -60,6 +60,9 @@ class Tool:
         configure: For a tool whose schema depends on the configuration
             (``sessions_spawn`` lists the subagent types): ``settings -> the tool as the
             model sees it``. The tool policy applies it when it hands tools out.
+        repeat_safe: Running it twice does no harm (it only reads): a call in flight when
+            its worker was lost is run again in the run's next attempt rather than
+            reported as interrupted (:mod:`bot.agent.resume`).
     """
 
     name: str
@@ -68,6 +71,7 @@ class Tool:
     run: Callable[[ToolContext, Any], str]
     schema_json: Mapping[str, Any] | None = None
     configure: Callable[[Settings], Tool] | None = None
+    repeat_safe: bool = False
 
     def configured(self, settings: Settings) -> Tool:
         """The tool for ``settings`` (itself unless it has ``configure``)."""
@@ -199,12 +203,14 @@ BUILTIN_TOOLS: tuple[Tool, ...] = (
         description="The current date and time in UTC (ISO 8601).",
         args=NoArgs,
         run=_current_time,
+        repeat_safe=True,
     ),
     Tool(
         name="calculate",
         description="Evaluate an arithmetic expression exactly.",
         args=CalculateArgs,
         run=_calculate,
+        repeat_safe=True,
     ),
 )
 

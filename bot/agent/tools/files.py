@@ -253,10 +253,10 @@ def _glob_regex(glob: str) -> re.Pattern[str]:
 def file_tools(settings: Settings) -> list[Tool]:
     """The workspace file tools (always available: they need only Redis)."""
     return [
-        Tool(name="ls", args=LsArgs, run=_ls,
+        Tool(name="ls", args=LsArgs, run=_ls, repeat_safe=True,
              description="List the files and directories directly under a workspace directory "
              "(the workspace is shared with the main agent and its other subagents)."),
-        Tool(name="read_file", args=ReadFileArgs, run=_read_file,
+        Tool(name="read_file", args=ReadFileArgs, run=_read_file, repeat_safe=True,
              description="Read a text file from the workspace, numbered like `cat -n`; use "
              "offset and limit to page through long files."),
         Tool(name="write_file", args=WriteFileArgs, run=_write_file,
@@ -265,7 +265,7 @@ def file_tools(settings: Settings) -> list[Tool]:
         Tool(name="edit_file", args=EditFileArgs, run=_edit_file,
              description="Replace exact text in a workspace file. old_string must occur once "
              "unless replace_all is true; copy it from read_file without the line numbers."),
-        Tool(name="grep", args=GrepArgs, run=_grep,
+        Tool(name="grep", args=GrepArgs, run=_grep, repeat_safe=True,
              description="Find literal text in workspace files; output_mode "
              "files_with_matches (default), content (path:line:text) or count."),
     ]  # fmt: skip

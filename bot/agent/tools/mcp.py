@@ -106,7 +106,15 @@ def _tool(
         description=(tool.description or tool.title or tool.name)[:MAX_DESCRIPTION],
         run=McpCall(server_name, server, tool.name, pool),
         schema_json=schema,
+        repeat_safe=_repeat_safe(tool),
     )
+
+
+def _repeat_safe(tool: types.Tool) -> bool:
+    """The server says the tool only reads (``readOnlyHint``) or repeats without further
+    effect (``idempotentHint``): a call its lost worker left unfinished runs again."""
+    hints = tool.annotations
+    return hints is not None and bool(hints.read_only_hint or hints.idempotent_hint)
 
 
 def model_names(server: str, tools: Iterable[str]) -> dict[str, str]:

@@ -67,6 +67,7 @@ def web_tools(
             run=partial(
                 _web_fetch, fetcher, fetch_cap(settings), settings.web.parse_timeout_seconds
             ),
+            repeat_safe=True,
         )
     ]
     if settings.search.configured:
@@ -78,6 +79,7 @@ def web_tools(
                 "snippet. Read a result with web_fetch.",
                 args=WebSearchArgs,
                 run=partial(_web_search, searcher, settings.search.max_results),
+                repeat_safe=True,
             )
         )
     return tools

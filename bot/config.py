@@ -103,8 +103,21 @@ class SubagentSettings(_Section):
     thinking: ThinkingLevel = None
     run_timeout_seconds: int = Field(600, ge=1, le=86_400)
     archive_after_minutes: float = Field(60, ge=0)
-    heartbeat_seconds: float = Field(2.0, gt=0, le=60)
-    stale_after_seconds: float = Field(10.0, gt=0, le=600)
+    heartbeat_seconds: float = Field(1.0, gt=0, le=60)
+    stale_after_seconds: float = Field(
+        4.0,
+        gt=0,
+        le=600,
+        description="A run or turn whose heartbeat is older than this is taken for dead (its "
+        "host died) and resumed elsewhere.",
+    )
+    max_resumes: int = Field(
+        2,
+        ge=0,
+        le=20,
+        description="Times a run (or turn) whose worker died is resumed; one more death "
+        "ends it unknown.",
+    )
     hard_kill_grace_seconds: float = Field(5.0, ge=0, le=600)
     job_grace_seconds: int = Field(
         15, ge=1, le=3600, description="RQ's hard job timeout is the run timeout plus this."
@@ -222,6 +235,11 @@ class SubagentType(_Section):
     max_cost_usd: float | None = Field(None, gt=0, description="USD limit of each run of it.")
     require_approval: bool | list[str] = Field(
         False, description="true: each tool call of its runs waits for a person; or tool patterns."
+    )
+    resume: bool = Field(
+        True,
+        description="false: a run whose worker died ends unknown instead of resuming "
+        "(a compiled runnable resumes from its beginning).",
     )
 
     @field_validator("output_schema")

@@ -31,6 +31,7 @@ from bot.store.metrics import MetricsStore
 from bot.store.outbox import OutboxWriter
 from bot.store.progress import ProgressWriter
 from bot.store.receipts import Receipts
+from bot.store.recovery import RunRecovery
 from bot.store.rq_layout import RqLayout
 from bot.store.runs import RunsRegistry
 from bot.store.schedules import ScheduleStore
@@ -55,6 +56,7 @@ class Deps:
     keys: Keys
     connection: Connection
     runs: RunsRegistry
+    recovery: RunRecovery
     history: HistoryStore
     transcripts: TranscriptStore
     jobs: Jobs
@@ -92,6 +94,7 @@ class Deps:
                 history_max=settings.history.max_messages,
                 metrics=metrics,
             ),
+            recovery=RunRecovery(redis=client, keys=keys),
             history=HistoryStore(
                 redis=client,
                 keys=keys,

@@ -361,7 +361,26 @@ class RunRecord:
     """The run's token limit (prompt + completion; None: none of its own)."""
     max_cost_usd: float | None = None
     """The run's USD limit (None: none of its own)."""
+    executor: str = ""
+    """The job executing the run now, or queued to ("" = its own job, id = run id): its
+    own, a parked run's resume job, or a recovery job after its worker was lost."""
+    attempt: int = 1
+    """Which attempt at the run this is (a lost worker's run goes on in the next)."""
+    attempt_ends: tuple[str, ...] = field(default_factory=tuple)
+    """How each earlier attempt ended: ``"<unix time>|<why>"`` (its worker was lost)."""
+    resuming: float | None = None
+    """When its recovery job was queued, until that job starts it (None: not waiting)."""
 
     @property
     def usage(self) -> Usage:
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens)
+
+    @property
+    def resumes(self) -> int:
+        """Times the run went on after its worker was lost."""
+        return self.attempt - 1
+
+    @property
+    def executing_job(self) -> str:
+        """The job that executes (or is queued to execute) the run."""
+        return self.executor or self.job_id or self.run_id

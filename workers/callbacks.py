@@ -23,6 +23,7 @@ from bot.agent.turn import turn_timed_out as commit_turn_timed_out
 from bot.config import load_settings
 from bot.deps import Deps
 from bot.runs.finalize import finalize_run
+from bot.runs.recover import recover_run
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE, TurnJob
 from bot.supervise.abort import Abort
 from bot.types import RunStatus
@@ -30,15 +31,34 @@ from bot.types import RunStatus
 log = logging.getLogger(__name__)
 
 
-def _finalize(connection: Redis, run_id: str, status: RunStatus, notes: str) -> bool:
-    return _end(Deps.build(load_settings(), client=connection), run_id, status, notes)
+def _finalize(job: Job, connection: Redis, status: RunStatus, notes: str) -> bool:
+    deps = Deps.build(load_settings(), client=connection)
+    return _end(deps, _run_of(job), status, notes, job_id=job.id)
 
 
-def _end(deps: Deps, run_id: str, status: RunStatus, notes: str, **partial: Any) -> bool:
-    """``partial``: what the run did so far (result, usage, tools), where known."""
+def _end(
+    deps: Deps, run_id: str, status: RunStatus, notes: str, *, job_id: str = "", **partial: Any
+) -> bool:
+    """End ``run_id`` on behalf of its job ``job_id`` ("" = whichever); ``partial``: what
+    the run did so far (result, usage, tools), where known. A job whose run went on in a
+    later attempt (its worker was taken for lost, bot.runs.recover) ends nothing."""
+    if job_id and _superseded(deps, run_id, job_id):
+        log.info("job %s no longer executes run %s; not ended for it", job_id, run_id)
+        return False
     if status is not RunStatus.STOPPED and deps.runs.stop_requested(run_id):
         status, notes = RunStatus.STOPPED, "stopped on request (hard stop)"
     return finalize_run(deps, run_id, status=status, notes=notes, **partial)
+
+
+def _superseded(deps: Deps, run_id: str, job_id: str) -> bool:
+    """Whether a later attempt's job executes ``run_id`` in place of ``job_id``."""
+    record = deps.runs.get(run_id)
+    return (
+        record is not None
+        and record.attempt > 1
+        and bool(record.executor)
+        and record.executor != job_id
+    )
 
 
 def subagent_failed(job: Job, connection: Redis, exc_type: Any, value: Any, tb: Any) -> None:
@@ -46,11 +66,11 @@ def subagent_failed(job: Job, connection: Redis, exc_type: Any, value: Any, tb: 
         status, notes = RunStatus.TIMEOUT, "job time limit reached (hard limit)"
     else:
         status, notes = RunStatus.ERROR, f"{getattr(exc_type, '__name__', exc_type)}: {value}"
-    _finalize(connection, _run_of(job), status, notes)
+    _finalize(job, connection, status, notes)
 
 
 def subagent_stopped(job: Job, connection: Redis) -> None:
-    _finalize(connection, _run_of(job), RunStatus.STOPPED, "stopped on request (hard stop)")
+    _finalize(job, connection, RunStatus.STOPPED, "stopped on request (hard stop)")
 
 
 def _run_of(job: Job) -> str:
@@ -68,12 +88,14 @@ def turn_stopped(job: Job, connection: Redis) -> None:
 
 
 def horse_killed(job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
-    """The work horse died (SIGKILL, OOM...): ``on_failure`` will not fire, so end it here."""
+    """The work horse died (SIGKILL, OOM...): ``on_failure`` will not fire, so its run
+    goes on in a new attempt (or ends) here (bot.runs.recover)."""
     if job.origin != SUBAGENTS_QUEUE:
         return
     run_id = _run_of(job)
     log.warning("work horse for run %s died (status %s)", run_id, ret_val)
-    _finalize(job.connection, run_id, RunStatus.UNKNOWN, f"worker process died (exit {ret_val})")
+    deps = Deps.build(load_settings(), client=job.connection)
+    recover_run(deps, run_id, dead_job=job.id, why=f"worker process died (exit {ret_val})")
 
 
 def fence_job(worker: Any, job: Job, execution: Any, deps: Deps, *, abort: Abort) -> None:
@@ -92,10 +114,10 @@ def fence_job(worker: Any, job: Job, execution: Any, deps: Deps, *, abort: Abort
     worker._release_slot_safely(job)  # RQ's own slot release, as on a failure
     if job.origin == SUBAGENTS_QUEUE:
         if timed_out:
-            _end(deps, _run_of(job), RunStatus.TIMEOUT, abort.reason, **partial)
+            _end(deps, _run_of(job), RunStatus.TIMEOUT, abort.reason, job_id=job.id, **partial)
         else:
             note = "stopped on request (it did not end after the stop, so it was fenced)"
-            _end(deps, _run_of(job), RunStatus.STOPPED, note, **partial)
+            _end(deps, _run_of(job), RunStatus.STOPPED, note, job_id=job.id, **partial)
         return
     payload = job.args[0] if job.args and isinstance(job.args[0], dict) else None
     if payload is None:
@@ -108,11 +130,12 @@ def fence_job(worker: Any, job: Job, execution: Any, deps: Deps, *, abort: Abort
 
 
 def worker_died(deps: Deps, pid: int) -> list[str]:
-    """Worker process ``pid`` (a child of this launcher, so of this host) died: end every
-    run it executed ``unknown`` now if nothing of its session lives on, rather than when
-    the runs' heartbeats expire. A fork-pool horse keeps the worker's session; a horse still
-    running (only the worker was killed) ends its run itself. In the threads pool the
-    process held up to its concurrency of runs, all ended here. Returns the runs ended."""
+    """Worker process ``pid`` (a child of this launcher, so of this host) died: every run
+    it executed goes on in a new attempt now (or ends: bot.runs.recover), if nothing of its
+    session lives on, rather than when the runs' heartbeats expire. A fork-pool horse keeps
+    the worker's session; a horse still running (only the worker was killed) goes on
+    itself. In the threads pool the process held up to its concurrency of runs, all
+    resumed here. Returns the runs resumed or ended."""
     ended: list[str] = []
     try:
         jobs = deps.rq.current_jobs(pid=pid, host=socket.gethostname())
@@ -121,9 +144,10 @@ def worker_died(deps: Deps, pid: int) -> list[str]:
         # A job it popped but had not started yet (killed in between) is the repair
         # sweep's: still queued, it goes back to its queue (workers/repair.py).
         jobs = [job for job in jobs if job.get_status(refresh=False) is JobStatus.STARTED]
-        runs = [run for job in jobs if (run := deps.jobs.current_run_id(job)) is not None]
-        for run_id in runs:
-            if _end(deps, run_id, RunStatus.UNKNOWN, f"worker process died (pid {pid})"):
+        why = f"worker process died (pid {pid})"
+        for job in jobs:
+            run_id = deps.jobs.current_run_id(job)
+            if run_id is not None and recover_run(deps, run_id, dead_job=job.id, why=why).verdict:
                 ended.append(run_id)
         # Its turns too: RQ fails them now, which frees their threads' lanes, and each
         # thread hears that its message was not answered.
@@ -135,7 +159,7 @@ def worker_died(deps: Deps, pid: int) -> list[str]:
         log.exception("could not end the runs of dead worker pid %s", pid)
         return ended
     if ended:
-        log.warning("worker pid %s died with %d run(s) (%s); ended unknown", pid, len(ended),
+        log.warning("worker pid %s died with %d run(s) (%s); resumed or ended", pid, len(ended),
                     ", ".join(ended[:5]))  # fmt: skip
     return ended
 

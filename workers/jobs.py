@@ -129,7 +129,7 @@ def run_turn(payload: dict[str, Any]) -> dict[str, Any]:
 def run_subagent(run_id: str) -> dict[str, Any]:
     """One subagent run (queue ``subagents``); the run hash holds the truth."""
     with _worked() as w:
-        start = start_run(w.deps, run_id)  # one round trip; the scope reuses what it read
+        start = start_run(w.deps, run_id, job_id=run_id)  # the scope reuses what it read
         with job_scope(w.deps, queue=SUBAGENTS_QUEUE, run_id=run_id, run=start.record):
             status = execute_run(w.deps, run_id, _body(w), start=start)
     return {"run_id": run_id, "status": status}
@@ -145,8 +145,24 @@ def resume_subagent(run_id: str, join_id: str, approval_id: str = "") -> dict[st
             return {"run_id": run_id, "status": "not resumed"}
         else:
             body = SubagentBody(deps=w.deps, model=w.model, mcp=w.mcp, resume_join=join_id)
-        status = execute_run(w.deps, run_id, body, resume=True)
+        start = start_run(w.deps, run_id, resume=True, job_id=_job_id())
+        status = execute_run(w.deps, run_id, body, start=start)
     return {"run_id": run_id, "status": status}
+
+
+def recover_subagent(run_id: str) -> dict[str, Any]:
+    """The next attempt at a run whose worker was lost (queue ``subagents``; queued by
+    :func:`bot.runs.recover.recover_run`): it goes on from the run's last completed step."""
+    with _worked() as w:
+        start = start_run(w.deps, run_id, recover=True, job_id=_job_id())
+        with job_scope(w.deps, queue=SUBAGENTS_QUEUE, run_id=run_id, run=start.record):
+            status = execute_run(w.deps, run_id, _body(w, recovered=True), start=start)
+    return {"run_id": run_id, "status": status}
+
+
+def _job_id() -> str:
+    job = get_current_job()
+    return "" if job is None else str(job.id)
 
 
 def _turn_scope(job: TurnJob) -> dict[str, Any]:
@@ -160,15 +176,16 @@ def _turn_scope(job: TurnJob) -> dict[str, Any]:
     }
 
 
-def _body(w: WorkerContext) -> RunBody:
-    """The run's body by its type: a compiled type's runnable, else the model's tool loop."""
+def _body(w: WorkerContext, *, recovered: bool = False) -> RunBody:
+    """The run's body by its type: a compiled type's runnable (``recovered``: from its
+    beginning again), else the model's tool loop (``recovered``: from its last step)."""
 
     def body(record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
         sub_type = subagent_types(w.deps.settings).get(record.subagent_type)
         chosen: RunBody = (
             CompiledBody(deps=w.deps)
             if sub_type is not None and sub_type.runnable
-            else SubagentBody(deps=w.deps, model=w.model, mcp=w.mcp)
+            else SubagentBody(deps=w.deps, model=w.model, mcp=w.mcp, recovered=recovered)
         )
         return chosen(record, control=control, meter=meter)
 

@@ -1,5 +1,5 @@
-"""Maintenance: the reaper (dead runs end ``unknown``; runs parked for a fan-in or an
-approval are left alone), approvals nobody answered in time (denied), fan-ins a dead process left
+"""Maintenance: the reaper (runs whose worker died go on in a new attempt, or end:
+:mod:`bot.runs.recover`; runs parked for a fan-in or an approval are left alone), approvals nobody answered in time (denied), fan-ins a dead process left
 (:mod:`bot.runs.join`), the repair of jobs RQ lost (queued
 in no queue, or holding a concurrency slot for nobody: :mod:`workers.repair`), hard-stop
 re-sends and the archiver.
@@ -23,6 +23,7 @@ from bot.runs.approval_gate import expire_due
 from bot.runs.finalize import finalize_run
 from bot.runs.join import dispatch_due, seal_abandoned
 from bot.runs.line import admit_next, after_slot_freed, show_places
+from bot.runs.recover import recover_run
 from bot.runs.recurring import fire_due
 from bot.runs.stop import resend_hard_stops, stop_orphans
 from bot.types import RunRecord, RunStatus
@@ -38,28 +39,52 @@ _JOB_GONE = {
 
 
 def reap(deps: Deps, *, now: float | None = None) -> list[str]:
-    """Finalize runs whose worker died; returns the run ids it ended."""
+    """Resume (or end) runs whose worker died, and end queued runs whose job is gone;
+    returns the run ids it resumed or ended."""
     now = now or time.time()
     ended: list[str] = []
     for record in deps.runs.get_many(sorted(deps.runs.active_ids())):
+        if _lost(deps, record, now):
+            why = (
+                "its recovery job was lost"
+                if record.resuming
+                else "its worker stopped responding (no heartbeat for "
+                f"{deps.settings.subagents.stale_after_seconds:g}s)"
+            )
+            got = recover_run(deps, record.run_id, dead_job=record.executing_job, why=why)
+            if got.verdict:
+                ended.append(record.run_id)
+            continue
         verdict = _verdict(deps, record, now)
         if verdict and finalize_run(deps, record.run_id, status=verdict[0], notes=verdict[1]):
             ended.append(record.run_id)
     if ended:
         _refill_slots(deps)
-        log.warning("reaper ended %d run(s): %s", len(ended), ", ".join(i[:8] for i in ended))
+        log.warning("reaper resumed or ended %d run(s): %s", len(ended),
+                    ", ".join(i[:8] for i in ended))  # fmt: skip
     return ended
+
+
+_RECOVERY_GONE = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, None)
+
+
+def _lost(deps: Deps, record: RunRecord, now: float) -> bool:
+    """Whether ``record``'s run executes nowhere any more: its heartbeat lapsed (its
+    worker's host died), or the job queued to recover it is gone. A parked run waits for
+    its children or a person with no job: their fan-in or the decision resumes it."""
+    if record.status is not RunStatus.RUNNING or record.parked_at is not None:
+        return False
+    if record.resuming is not None:  # no heartbeat until its recovery job starts it
+        return deps.jobs.status(record.executing_job) in _RECOVERY_GONE
+    started = record.started_at or record.created_at
+    stale = deps.settings.subagents.stale_after_seconds
+    return now - started > stale and not deps.runs.heartbeat_alive(record.run_id)
 
 
 def _verdict(deps: Deps, record: RunRecord, now: float) -> tuple[RunStatus, str] | None:
     stale = deps.settings.subagents.stale_after_seconds
-    if record.status is RunStatus.RUNNING and record.parked_at is not None:
-        return None  # waits for its children with no job: their fan-in resumes it
     if record.status is RunStatus.RUNNING:
-        started = record.started_at or record.created_at
-        if now - started > stale and not deps.runs.heartbeat_alive(record.run_id):
-            return RunStatus.UNKNOWN, f"the worker stopped responding (no heartbeat for {stale:g}s)"
-        return None
+        return None  # executing (or lost: see _lost), or parked
     if record.status is RunStatus.QUEUED:
         if now - record.created_at < stale:
             return None  # spawn writes the record just before it enqueues the job

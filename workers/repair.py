@@ -156,11 +156,14 @@ def _fair_holders(deps: Deps, since: Mapping[str, float], *, now: float) -> list
 
 def _slot_job(deps: Deps, run_id: str) -> str:
     """The job that holds ``run_id``'s slot: its admitted resume job while it is parked
-    (a dead worker may have dropped that one too), else its own job (id = run id)."""
+    (a dead worker may have dropped that one too), else the job executing it (its own, id
+    = run id; a resume job; the recovery job of a later attempt)."""
     record = deps.runs.get(run_id)
-    if record is not None and record.parked_at is not None and record.resume_job:
+    if record is None:
+        return run_id
+    if record.parked_at is not None and record.resume_job:
         return record.resume_job
-    return run_id
+    return record.executing_job
 
 
 def _release_fair(deps: Deps, job_id: str) -> str:

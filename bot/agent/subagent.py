@@ -18,6 +18,7 @@ the meter, and maps how it ends; model failures surface as
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from bot.agent.completion import ChatModel, ToolCallRequest
 from bot.agent.context import ToolContext
 from bot.agent.loop import Gate, run_calls, run_loop
 from bot.agent.model_errors import model_error_text
+from bot.agent.resume import pending_step, steps_taken
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import subagent_types, tools_for_type
 from bot.agent.tools import Tool
@@ -44,6 +46,8 @@ from bot.steps import LoopControl, LoopResult, Meter
 from bot.store.approvals import ApprovalState, PendingCall
 from bot.text.clip import clip
 from bot.types import RunContext, RunRecord
+
+log = logging.getLogger(__name__)
 
 FORK_MAX_MESSAGES = 20
 FORK_MAX_CHARS = 24_000
@@ -62,6 +66,8 @@ class SubagentBody:
             whose results it goes on with.
         resume_approval: Set when a run parked for a tool call's approval resumes: the
             decided approval (the call runs or gets its denial, then the loop goes on).
+        recovered: The run's worker was lost: this attempt goes on from its transcript's
+            last completed step (:mod:`bot.agent.resume`).
     """
 
     deps: Deps
@@ -69,6 +75,7 @@ class SubagentBody:
     mcp: McpPool | None = None
     resume_join: str = ""
     resume_approval: str = ""
+    recovered: bool = False
 
     def __call__(self, record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
         deps = self.deps
@@ -79,7 +86,11 @@ class SubagentBody:
         if self.resume_join:
             messages = resumed_messages(deps, record, self.resume_join)
         elif self.resume_approval:
-            messages = deps.transcripts.read(record.session_id)
+            messages = deps.transcripts.context(record.session_id)
+        elif self.recovered and has_task(
+            messages := deps.transcripts.context(record.session_id), record
+        ):
+            pass  # the lost attempt's context, as recorded
         else:
             messages = start_messages(deps, record, system=system)
         ctx = ToolContext(
@@ -126,12 +137,19 @@ class SubagentBody:
             return loop(max(1, max_steps - meter.steps))
 
         try:
+            answered = None
             if self.resume_approval:
                 _decided_step(
                     deps, self.resume_approval, gate=gate, tools=tools, ctx=ctx,
                     messages=messages, meter=meter, control=control,
                 )  # fmt: skip
-            result = loop(max_steps)
+            elif self.recovered:
+                ctx = dataclasses.replace(ctx, spawned=_joined_so_far(deps, ctx))
+                answered = _lost_step(
+                    deps, record, gate=gate, tools=tools, ctx=ctx,
+                    messages=messages, meter=meter, control=control,
+                )  # fmt: skip
+            result = answered or loop(max(1, max_steps - meter.steps))
             if ctx.join is not None:
                 result = _children(deps, record, ctx, result, messages, control, next_round)
             if sub_type.output_schema is None:
@@ -183,6 +201,55 @@ def _decided_step(
               max_tool_chars=limit, gate=gate)  # fmt: skip
 
 
+def has_task(messages: Sequence[Mapping[str, Any]], record: RunRecord) -> bool:
+    """Whether a recorded context holds the run's task yet (a worker lost before the run's
+    first write left none, or only a follow-up's earlier transcript)."""
+    return any(
+        m.get("role") == "user" and record.task in str(m.get("content") or "") for m in messages
+    )
+
+
+def _joined_so_far(deps: Deps, ctx: ToolContext) -> list[str]:
+    """The children a lost attempt spawned into this round's still open fan-in: the new
+    attempt waits for them as the lost one would have."""
+    if ctx.join is None:
+        return []
+    join = deps.joins.get(ctx.join.join_id)
+    return list(join.run_ids) if join is not None and join.state == "open" else []
+
+
+def _lost_step(
+    deps: Deps,
+    record: RunRecord,
+    *,
+    gate: Gate,
+    tools: Sequence[Tool],
+    ctx: ToolContext,
+    messages: list[Message],
+    meter: Meter,
+    control: LoopControl,
+) -> LoopResult | None:
+    """Finish the step a lost attempt was in (:func:`bot.agent.resume.pending_step`): the
+    call in flight gets its "interrupted" result (or runs again when safe to repeat), the
+    calls after it run. Returns the lost attempt's answer when it had answered already."""
+    meter.steps = steps_taken(messages)
+    safe = {t.name for t in tools if t.repeat_safe}
+    pending = pending_step(messages, repeat_safe=safe.__contains__)
+    if pending.answer_seen:
+        return LoopResult(text=pending.answered, complete=True)
+    for note in pending.interrupted:
+        messages.append(note)
+        control.record(note)
+    if pending.names or pending.repeated:
+        what = pending.repeated and f"{pending.repeated} runs again"
+        what = what or f"{', '.join(pending.names)} reported as interrupted"
+        log.warning("run %s goes on after a lost worker: %s", record.run_id, what)
+    limit = deps.settings.subagents.max_result_chars
+    run_calls(pending.calls, tools=tools, ctx=ctx, messages=messages, meter=meter,
+              control=control, max_tool_chars=limit, gate=gate)  # fmt: skip
+    return None
+
+
 NEST = frozenset({"sessions_spawn"})
 """The session tools an orchestrator run gets (below the depth limit)."""
 
@@ -208,6 +275,7 @@ def _children(
             raise RunParked(result.text, rounds=rounds + 1)
         deps.joins.start(join.join_id)  # every child ended already: no need to park
         rounds += 1
+        deps.runs.update(record.run_id, rounds=rounds)  # a lost worker's next attempt reads it
         prompt = {"role": "user", "content": continuation_prompt(deps, join, [])}
         messages.append(prompt)
         control.record(prompt)

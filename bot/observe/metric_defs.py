@@ -72,13 +72,14 @@ APPROVALS_PARKED = Metric("fanbot_approvals_parked", Kind.GAUGE, "Tool calls par
 OUTBOX_BACKLOG = Metric("fanbot_outbox_backlog", Kind.GAUGE, "Outbox messages not acknowledged yet.")  # fmt: skip
 OUTBOX_LAG = Metric("fanbot_outbox_lag_seconds", Kind.GAUGE, "Age of the oldest outbox message not acknowledged yet.")  # fmt: skip
 DEAD_LETTERS_NOW = Metric("fanbot_dead_letters", Kind.GAUGE, "Entries in the dead-letter stream now.")  # fmt: skip
+RESUMES = Metric("fanbot_resumes", Kind.COUNTER, "Runs and turns whose worker was lost, by what became of them (resumed, exhausted, stopped, not_resumable).", ("kind", "outcome"))  # fmt: skip
 REDIS_UP = Metric("fanbot_redis_up", Kind.GAUGE, "1 when this scrape could read Redis.")  # fmt: skip
 
 METRICS: tuple[Metric, ...] = (
     RUNS_STARTED, RUNS_ENDED, RUN_DURATION, QUEUE_WAIT, FIRST_TOKEN, ANNOUNCE, MODEL_CALLS,
     MODEL_TOKENS, MODEL_COST, DELIVERED, RETRIES, DEAD_LETTERS, INBOUND, QUEUE_DEPTH,
     QUEUE_EXECUTING, QUEUE_OLDEST, WAITING_FOR_SLOT, WORKERS, RUNS_ACTIVE, APPROVALS_PARKED,
-    OUTBOX_BACKLOG, OUTBOX_LAG, DEAD_LETTERS_NOW, REDIS_UP,
+    OUTBOX_BACKLOG, OUTBOX_LAG, DEAD_LETTERS_NOW, RESUMES, REDIS_UP,
 )  # fmt: skip
 
 
@@ -99,6 +100,12 @@ def run_ended(record: RunRecord, status: RunStatus, *, ended_at: float) -> list[
     since = record.started_at or record.created_at
     duration = {"type": record.subagent_type, "status": status.value}
     return [Count(RUNS_ENDED.name, labels), _observe(RUN_DURATION, duration, ended_at - since)]
+
+
+def resume(kind: str, outcome: str) -> list[Update]:
+    """A run or turn (``kind``) whose worker was lost: ``resumed``, ``exhausted``,
+    ``stopped`` or ``not_resumable``."""
+    return [Count(RESUMES.name, {"kind": kind, "outcome": outcome})]
 
 
 def queue_wait(queue: str, seconds: float) -> list[Update]:

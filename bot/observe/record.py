@@ -42,3 +42,10 @@ def run_spawned(deps: Deps, record: RunRecord) -> None:
 
 def inbound(deps: Deps, platform: str, outcome: catalog.InboundOutcome) -> None:
     write(deps, catalog.inbound(platform, outcome))
+
+
+def resumed(deps: Deps, kind: str, outcome: str) -> None:
+    """A run or turn whose worker was lost: what became of it (written at once: the
+    process that noticed may be a launcher about to exit)."""
+    write(deps, catalog.resume(kind, outcome))
+    flush(deps)

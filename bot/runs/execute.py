@@ -46,16 +46,22 @@ log = logging.getLogger(__name__)
 PROGRESS_MIN_INTERVAL = 1.0
 
 
-def start_run(deps: Deps, run_id: str, *, resume: bool = False) -> RunStart:
-    """Start executing ``run_id`` (``resume``: a parked run goes on) in one round trip:
-    marked running with a first heartbeat, ``out/`` remembered, "started" on its status
-    card; also reads the run, its stop flag and its inbox's length for the first step."""
+def start_run(
+    deps: Deps, run_id: str, *, resume: bool = False, recover: bool = False, job_id: str = ""
+) -> RunStart:
+    """Job ``job_id`` starts executing ``run_id`` (``resume``: a parked run goes on;
+    ``recover``: the next attempt after its worker was lost) in one round trip: marked
+    running with a first heartbeat, ``out/`` remembered (not again by a later attempt),
+    "started" on its status card; also reads the run, its stop flag and its inbox's length
+    for the first step."""
     return deps.runs.start(
         run_id,
         heartbeat_ttl=deps.settings.subagents.stale_after_seconds,
         resume=resume,
-        snapshot=out_snapshot(),
-        progress="started",
+        recover=recover,
+        job_id=job_id,
+        snapshot=None if recover else out_snapshot(),
+        progress="" if recover else "started",
     )
 
 
@@ -72,7 +78,7 @@ def execute_run(
         return "missing"
     if not start.started:
         return record.status.value
-    meter = Meter(usage=record.usage)  # a resumed run goes on counting
+    meter = _meter(record, start)
     current = abort.current()
     if current is not None:  # threads pool: see workers/threaded.py
         current.deadline = meter.started + record.timeout_s
@@ -101,6 +107,21 @@ def execute_run(
             tools=meter.tool_calls,
         )
     return status.value
+
+
+def _meter(record: RunRecord, start: RunStart) -> Meter:
+    """The meter a run's job starts with: a resumed run goes on counting its tokens; the
+    next attempt after a lost worker also keeps its tool count, its last text and its
+    clock (the run's timeout counts from its first start)."""
+    if not record.resuming:
+        return Meter(usage=record.usage)
+    first = record.started_at or record.created_at
+    return Meter(
+        usage=record.usage,
+        tool_calls=start.tools,
+        last_text=record.result,
+        started=time.monotonic() - max(0.0, time.time() - first),
+    )
 
 
 def _drive(
@@ -237,7 +258,20 @@ def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> Lo
 
     def record_message(message: Message) -> None:
         early.take("record")
-        deps.transcripts.append(record.session_id, message)
+        if message.get("role") != "assistant":
+            deps.transcripts.append(record.session_id, message)
+            return
+        # An answer is a completed step: its tokens are saved with it (one round trip), so
+        # the attempt after a lost worker counts them (bot.agent.resume).
+        with deps.connection.batch(transaction=False) as pipe:
+            deps.transcripts.extend(record.session_id, [message], pipe=pipe)
+            deps.runs.update(
+                run_id,
+                client=pipe,
+                prompt_tokens=meter.usage.prompt_tokens,
+                completion_tokens=meter.usage.completion_tokens,
+            )
+            pipe.execute()
 
     def checkpoint() -> None:
         if abort.aborted() or stop_requested():

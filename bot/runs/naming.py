@@ -157,6 +157,7 @@ class Icon(StrEnum):
     REMOVED = "🗑️"
     APPROVAL = "🔐"
     EXPIRED = "⌛"
+    RESUMED = "↻"
 
 
 def icon(status: RunStatus | str) -> str:

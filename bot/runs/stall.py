@@ -207,7 +207,7 @@ class StallWatch:
         if ended:
             grace = deps.settings.subagents.hard_kill_grace_seconds
             deps.stops.recheck_run(record.run_id, at=time.time() + grace)
-            deps.jobs.send_stop(record.job_id)
+            deps.jobs.send_stop(record.executing_job)
             log.warning("run %s blocked while stalled; ended it and stopped its job", record.run_id)
 
 

@@ -124,7 +124,7 @@ def apply_stop(deps: Deps, plan: StopPlan, *, seen: OutFiles | None = None) -> S
         withdraw(deps, plan.withdraw_approval)  # its request must not wait for a decision
     for job_id in plan.cancel_jobs:
         deps.jobs.cancel_queued(job_id)  # decided, waiting a slot
-    sent = deps.jobs.send_stop(record.job_id) if hard else False
+    sent = deps.jobs.send_stop(record.executing_job) if hard else False
     log.info("run %s: %s (ended=%s, hard stop=%s)", record.run_id, plan.notes, ended, sent)
     for join_id in plan.cancel_joins:
         deps.joins.cancel(join_id)
@@ -209,7 +209,7 @@ def _pending_job(deps: Deps, member: str, now: float) -> str | None:
     if now - (record.ended_at or now) > GIVE_UP_AFTER_SECONDS:
         log.warning("run %s: its job still executes long after the stop; giving up", member)
         return None
-    return record.job_id
+    return record.executing_job
 
 
 @dataclass(frozen=True, kw_only=True)

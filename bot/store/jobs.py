@@ -40,6 +40,7 @@ SUBAGENTS_QUEUE = "subagents"
 TURN_JOB = "workers.jobs.run_turn"
 RUN_JOB = "workers.jobs.run_subagent"
 RESUME_JOB = "workers.jobs.resume_subagent"
+RECOVER_JOB = "workers.jobs.recover_subagent"
 RESULT_TTL = 3600
 FAILURE_TTL = 86_400
 
@@ -223,6 +224,22 @@ class Jobs:
         args = (spec.run_id, join_id, *extra)
         return self._submit_held(spec, RESUME_JOB, args, job_id=job_id, resumes=spec.run_id)
 
+    def recovery_job(self, spec: RunJobSpec, *, attempt: int) -> Job:
+        """The job of attempt ``attempt`` at a run whose worker was lost, created but not
+        saved: the recovery script (:mod:`bot.store.recovery`) saves and queues it if it
+        decides to resume the run. The run keeps its slot, so it waits in no line."""
+        return self.queue(SUBAGENTS_QUEUE).create_job(
+            RECOVER_JOB,
+            args=(spec.run_id,),
+            job_id=f"{spec.run_id}-a{attempt}",
+            timeout=spec.timeout,
+            on_failure=Callback("workers.callbacks.subagent_failed"),
+            on_stopped=Callback("workers.callbacks.subagent_stopped"),
+            result_ttl=RESULT_TTL,
+            failure_ttl=FAILURE_TTL,
+            description=spec.description,
+        )
+
     def _submit_held(
         self,
         spec: RunJobSpec,
@@ -316,7 +333,7 @@ class Jobs:
 
     def current_run_id(self, job: Job) -> str | None:
         """The run a worker's current job executes, if it is a subagent run."""
-        if job.func_name not in (RUN_JOB, RESUME_JOB) or not job.args:
+        if job.func_name not in (RUN_JOB, RESUME_JOB, RECOVER_JOB) or not job.args:
             return None
         return str(job.args[0])
 

@@ -10,6 +10,7 @@ callbacks, the reaper, a stop) can call it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterable, Mapping
@@ -120,12 +121,20 @@ local writes = nil
 if ARGV[3] == '1' then
   local parked = run['parked_at']
   if run['status'] == 'running' and parked and parked ~= '' then writes = {'parked_at', ''} end
+elseif ARGV[3] == '2' then
+  -- a recovery job starts only the attempt the recovery script queued it for
+  if run['status'] == 'running' and run['executor'] == ARGV[10]
+      and (run['resuming'] or '') ~= '' then writes = {'resuming', ''} end
 elseif run['status'] == 'queued' then
   writes = {'status', 'running', 'started_at', ARGV[1]}
 end
 local started = 0
 if writes then
   started = 1
+  if ARGV[10] ~= '' then
+    writes[#writes + 1] = 'executor'
+    writes[#writes + 1] = ARGV[10]
+  end
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   if ARGV[6] ~= '' then
     local flat = file_hashes(ARGV[4] .. (run['session_key'] or ''), ARGV[5])
@@ -143,9 +152,11 @@ return {started, redis.call('EXISTS', KEYS[3]), record, redis.call('LLEN', KEYS[
 """
 )
 """KEYS: the run hash, its heartbeat, stop flag and inbox; the progress stream. ARGV: now,
-heartbeat ttl (ms), '1' to resume, the workspace key prefix, the snapshot's SCAN pattern
-and hash field ('' = none), the progress text ('' = none), the run id, the stream's MAXLEN.
-Returns ``{started, stop flag set, the hash as it was, inbox length}``."""
+heartbeat ttl (ms), '1' to resume a parked run or '2' to recover one (its worker was lost;
+:mod:`bot.store.recovery`), the workspace key prefix, the snapshot's SCAN pattern and hash
+field ('' = none), the progress text ('' = none), the run id, the stream's MAXLEN, the job
+starting it (its ``executor``; '' = not known). Returns ``{started, stop flag set, the hash
+as it was, inbox length}``."""
 
 _PLACES = (
     PUT_PROGRESS_LUA
@@ -221,12 +232,14 @@ class RunStart:
         started: This call moved it to executing (queued -> running, or parked -> resumed).
         stop_requested: Its stop flag was set.
         inbox: Messages waiting in its inbox (left there).
+        tools: Its tool calls so far (:data:`TOOLS_FIELD`).
     """
 
     record: RunRecord | None
     started: bool
     stop_requested: bool = False
     inbox: int = 0
+    tools: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -434,11 +447,14 @@ class RunsRegistry(RedisOwner):
         *,
         heartbeat_ttl: float,
         resume: bool = False,
+        recover: bool = False,
+        job_id: str = "",
         snapshot: OutSnapshot | None = None,
         progress: str = "",
     ) -> RunStart:
-        """A job starts executing ``run_id``, in one script (its first model request waits
-        for this): queued -> running, or a parked run resumed (``resume``), with a first
+        """Job ``job_id`` starts executing ``run_id``, in one script (its first model
+        request waits for this): queued -> running, a parked run resumed (``resume``), or
+        the next attempt of a run whose worker was lost (``recover``), with a first
         heartbeat; only then the ``snapshot`` of its workspace and a ``progress`` event.
         Reads the run, its stop flag and how many messages wait in its inbox too."""
         now = time.time()
@@ -452,21 +468,27 @@ class RunsRegistry(RedisOwner):
         args: list[str | float | int] = [
             repr(now),
             int(heartbeat_ttl * 1000),
-            "1" if resume else "",
+            "2" if recover else "1" if resume else "",
             self.keys.workspace(""),
             snapshot.pattern if snapshot else "",
             snapshot.field if snapshot else "",
             progress,
             run_id,
             PROGRESS_MAXLEN,
+            job_id,
         ]
         started, stop, flat, inbox = self._start(keys=keys, args=args)
         raw = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        tools = as_text(raw.get(TOOLS_FIELD.encode(), b"0"))
+        record = decode_record(raw) if raw else None
+        if record is not None and started and job_id:
+            record = dataclasses.replace(record, executor=job_id)  # as the script wrote
         return RunStart(
-            record=decode_record(raw) if raw else None,
+            record=record,
             started=bool(started),
             stop_requested=bool(stop),
             inbox=int(inbox),
+            tools=int(tools) if tools.isdigit() else 0,
         )
 
     def park(self, run_id: str, *, rounds: int, **values: str | int | float) -> None:

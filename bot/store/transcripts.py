@@ -48,11 +48,13 @@ class TranscriptStore(RedisOwner):
     def append(self, session_id: str, message: dict[str, Any]) -> None:
         self.extend(session_id, [message])
 
-    def extend(self, session_id: str, messages: Sequence[dict[str, Any]]) -> None:
-        """Append ``messages`` in order, in one round trip."""
+    def extend(
+        self, session_id: str, messages: Sequence[dict[str, Any]], *, pipe: Any = None
+    ) -> None:
+        """Append ``messages`` in order, in one round trip (``pipe``: queued on it)."""
         if messages:
             entries = [json.dumps(self._entry(m)) for m in messages]
-            self.redis.rpush(self.keys.transcript(session_id), *entries)
+            (pipe or self.redis).rpush(self.keys.transcript(session_id), *entries)
 
     def _entry(self, message: dict[str, Any]) -> dict[str, Any]:
         entry = {**message, "ts": round(time.time(), 3)}
@@ -71,6 +73,11 @@ class TranscriptStore(RedisOwner):
         if not isinstance(arguments, str) or len(arguments) <= self.max_chars:
             return call
         return {**call, "function": {**function, "arguments": clip(arguments, self.max_chars)}}
+
+    def context(self, session_id: str) -> list[dict[str, Any]]:
+        """The transcript as the model's context again: each message as it was sent,
+        without the time it was recorded (a parked or recovered run goes on with it)."""
+        return [{k: v for k, v in m.items() if k != "ts"} for m in self.read(session_id)]
 
     def read(self, session_id: str, *, last: int | None = None) -> list[dict[str, Any]]:
         start = -last if last else 0

@@ -10,12 +10,13 @@ for what belongs to no one structure (a PING, a batch of several owners' writes)
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis import Redis
 from redis.exceptions import RedisError
 
 from bot.config import Settings
+from bot.failpoints import Failpoints
 from bot.keys import Keys
 from bot.redis.connect import Connection, connect
 from bot.store.approvals import Approvals
@@ -76,6 +77,8 @@ class Deps:
     dead_letters: DeadLetters
     lost_jobs: LostJobs
     metrics: MetricsStore
+    failpoints: Failpoints = field(default_factory=Failpoints)
+    """Where a fault test makes this process die (``FANBOT_FAILPOINTS``; none by default)."""
 
     @classmethod
     def build(cls, settings: Settings, *, client: Redis | None = None) -> Deps:
@@ -121,6 +124,7 @@ class Deps:
             dead_letters=DeadLetters(redis=client, keys=keys),
             lost_jobs=LostJobs(redis=client, keys=keys),
             metrics=metrics,
+            failpoints=Failpoints.from_env(),
         )
 
     def close(self) -> None:

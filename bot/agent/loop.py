@@ -50,7 +50,15 @@ def run_loop(
     """Drive the model until it answers without tool calls or ``max_steps`` is reached."""
     control = control or LoopControl()
     schemas = [t.schema() for t in tools]
-    for _ in range(max_steps):
+    fail = _failpoint(ctx)
+
+    def on_chunk() -> None:
+        meter.touch("model output")
+        fail("in_model_call")
+
+    for step in range(max_steps):
+        if step:
+            fail("between_steps")
         _before_step(control, messages)
         _budget_warning(control, messages, meter, model_name, schemas)
         meter.touch("model call sent")
@@ -63,7 +71,7 @@ def run_loop(
                     thinking=thinking,
                     timeout=_time_left(control),
                     budget=control.remaining(),
-                    on_chunk=lambda: meter.touch("model output"),
+                    on_chunk=on_chunk,
                 )
             )
         except BaseException:
@@ -108,6 +116,7 @@ def run_calls(
     """Run one step's tool calls in order, appending each result (a resumed run calls it
     with the calls left of its step)."""
     by_name = {t.name: t for t in tools}
+    fail = _failpoint(ctx)
     for index, call in enumerate(calls):
         control.checkpoint()
         if gate is not None:
@@ -115,9 +124,19 @@ def run_calls(
         meter.tool_calls += 1
         control.progress(_status(meter, f"{Icon.TOOL} {call.name}{short_args(call.arguments)}"))
         meter.touch(f"tool {call.name} started", tool=call.name)
+        fail(f"tool_started.{call.name}")
         result = _run_call(by_name, call, ctx, max_tool_chars)
+        fail(f"tool_done.{call.name}")
         meter.touch(f"tool {call.name} finished", tool="")
         _append(messages, {"role": "tool", "tool_call_id": call.id, "content": result}, control)
+
+
+def _failpoint(ctx: ToolContext) -> Callable[[str], None]:
+    """Hits ``run.<point>`` in a subagent run, ``turn.<point>`` in a main-agent turn
+    (:mod:`bot.failpoints`)."""
+    kind = "run" if ctx.run_id else "turn"
+    failpoints = ctx.deps.failpoints
+    return lambda point: failpoints.hit(f"{kind}.{point}")
 
 
 def _run_call(

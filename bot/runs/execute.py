@@ -88,6 +88,7 @@ def execute_run(
             "usage": meter.usage,
             "tools": meter.tool_calls,
         }
+    deps.failpoints.hit("run.before_first_step")
     with stall_watch(deps, record, meter) as watch:
         try:
             status, text, notes = _drive(deps, record, watch.guard(body), meter, start)

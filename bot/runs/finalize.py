@@ -133,6 +133,7 @@ def end_run(
         metrics=tuple(catalog.run_ended(record, status, ended_at=ended_at)),
         recheck_at=stop.recheck_at if stop is not None else None,
     )
+    deps.failpoints.hit("run.finalize")
     ended = deps.runs.end(
         record,
         outcome,

@@ -134,9 +134,11 @@ def run_calls(
 def _failpoint(ctx: ToolContext) -> Callable[[str], None]:
     """Hits ``run.<point>`` in a subagent run, ``turn.<point>`` in a main-agent turn
     (:mod:`bot.failpoints`)."""
+    deps = getattr(ctx, "deps", None)  # a bare context (unit tests) has no failpoints
+    if deps is None:
+        return lambda point: None
     kind = "run" if ctx.run_id else "turn"
-    failpoints = ctx.deps.failpoints
-    return lambda point: failpoints.hit(f"{kind}.{point}")
+    return lambda point: deps.failpoints.hit(f"{kind}.{point}")
 
 
 def _run_call(

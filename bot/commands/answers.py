@@ -190,8 +190,28 @@ def render_info(
             f"• Budget: run {spend_text(spend.run, spend.run_limits)} · "
             f"tree {spend_text(spend.tree, spend.tree_limits)}"
         )
+    lines += attempt_lines(run, now=now)
     lines += _outcome(run)
     return "\n".join(lines)
+
+
+def attempt_lines(run: RunRecord, *, now: float) -> list[str]:
+    """``/subagents info``'s attempts of a run whose worker was lost (none for a run that
+    ran in one attempt): each earlier attempt with when and why it ended, then the last."""
+    ends = [e.partition("|") for e in run.attempt_ends]
+    if not ends:
+        return []
+    lines = [f"• Attempts: {max(run.attempt, len(ends))}"]
+    for number, (at, _, why) in enumerate(ends, start=1):
+        try:
+            stamp = when(float(at), now)
+        except ValueError:
+            stamp = "—"
+        lines.append(f"  {number}. ended {stamp}: {one_line(why, 200)}")
+    if run.attempt > len(ends):
+        last = "waiting for a worker" if run.resuming else _state(run)
+        lines.append(f"  {run.attempt}. {last}")
+    return lines
 
 
 def _runtime(run: RunRecord, now: float) -> str:

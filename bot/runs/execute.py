@@ -33,6 +33,7 @@ from bot.runs.finalize import finalize_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import out_snapshot
 from bot.runs.progress_lines import save_tool_count, step_event
+from bot.runs.recover import resumed_line
 from bot.runs.stall import stall_watch
 from bot.runs.steer_receipts import read_inbox
 from bot.steps import LoopControl, Message, Meter, RunBody
@@ -122,6 +123,7 @@ def _meter(record: RunRecord, start: RunStart) -> Meter:
         tool_calls=start.tools,
         last_text=record.result,
         started=time.monotonic() - max(0.0, time.time() - first),
+        note=resumed_line(record.attempt - 1),  # stays on its card
     )
 
 

@@ -153,6 +153,8 @@ def end_run(
 
 def _notes(record: RunRecord, notes: str) -> str:
     parts = [notes.strip()] if notes.strip() else []
+    if record.resumes:  # its stats count every attempt
+        parts.append(f"resumed after a worker was lost ({record.resumes}×)")
     parts += [f"warning: {w}" for w in record.warnings]
     return "\n".join(parts)
 

@@ -223,6 +223,25 @@ def test_info_of_a_running_and_an_archived_run() -> None:
     assert "• Started: —" in archived and "Runtime: not started" in archived
 
 
+def test_info_lists_each_attempt_of_a_run_whose_worker_was_lost() -> None:
+    lost = (f"{NOW - 30}|worker process died (pid 41)", f"{NOW - 12}|its worker stopped responding")
+    waiting = run("a", RunStatus.RUNNING, started_at=NOW - 60, attempt=3, attempt_ends=lost,
+                  resuming=NOW - 11)  # fmt: skip
+    text = render_info(waiting, now=NOW, transcript_ref="t", archive_at=None)
+    assert "• Attempts: 3" in text
+    assert "  1. ended 2023-11-14 22:12:50 UTC (30s ago): worker process died (pid 41)" in text
+    assert "  2. ended 2023-11-14 22:13:08 UTC (12s ago): its worker stopped responding" in text
+    assert "  3. waiting for a worker" in text
+    once = render_info(run("b", RunStatus.RUNNING, started_at=NOW - 5), now=NOW,
+                       transcript_ref="t", archive_at=None)  # fmt: skip
+    assert "Attempts" not in once
+    gave_up = run("c", RunStatus.UNKNOWN, attempt=3, attempt_ends=(*lost, f"{NOW - 2}|died again"),
+                  notes="its worker died 3 times; not resumed again")  # fmt: skip
+    text = render_info(gave_up, now=NOW, transcript_ref="t", archive_at=None)
+    assert "• Attempts: 3" in text and "  3. ended" in text and "  4." not in text
+    assert "• Error: its worker died 3 times; not resumed again" in text
+
+
 TRANSCRIPT: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a researcher."},
     {"role": "user", "content": "Find it"},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bot import failpoints
@@ -28,3 +30,14 @@ def test_raise_fires_on_the_configured_hit_only() -> None:
         points.hit("p")
     points.hit("p")  # only the second hit fires
     points.hit("unconfigured")
+
+
+def test_a_bang_path_fires_once_per_machine_not_once_per_process(tmp_path: Path) -> None:
+    marker = tmp_path / "once"
+    first = failpoints.Failpoints(f"p=raise!{marker}")
+    second = failpoints.Failpoints(f"p=raise!{marker}")  # another process, same settings
+    with pytest.raises(failpoints.FailpointError):
+        first.hit("p")
+    assert marker.exists()
+    second.hit("p")  # the restarted worker goes past it
+    assert failpoints.parse(f"p=kill@2!{marker}")["p"].once_file == str(marker)

@@ -229,3 +229,13 @@ def test_ops_is_off_without_a_token_and_tokens_are_secrets(
     monkeypatch.setenv("FANBOT_OPS__TOKEN", "0123456789abcdef")
     settings = load_settings()
     assert settings.ops.enabled and "0123456789abcdef" not in repr(settings)
+
+
+def test_a_resumed_run_shows_how_often_it_went_on_after_a_lost_worker() -> None:
+    plain = record("a1", status=RunStatus.RUNNING, started_at=NOW - 30)
+    resumed = record("b2", status=RunStatus.RUNNING, started_at=NOW - 30, attempt=3)
+    assert build_page(snapshot(plain, resumed), prices={}).resumed == 1
+    assert run_row(resumed, now=NOW, prices={}, position=None).resumes == 2
+    assert run_row(plain, now=NOW, prices={}, position=None).resumes == 0
+    html = html_of(snapshot(plain, resumed))
+    assert "↻ 2×" in html and "1 resumed after a lost worker" in html

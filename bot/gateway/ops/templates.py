@@ -113,7 +113,7 @@ _PAGE = """{% extends "base" %}
 <main>
 {% if flash %}<p class="flash" role="status" id="flash">{{ flash }}</p>{% endif %}
 
-<section id="runs"><h2>Runs</h2>
+<section id="runs"><h2>Runs{% if page.resumed %} <span class="mute small">· ↻ {{ page.resumed }} resumed after a lost worker</span>{% endif %}</h2>
 {% if not page.groups %}<p class="mute card">No live or recent runs.</p>{% endif %}
 {% for group in page.groups %}
 <div class="card thread" data-session="{{ group.session_key }}">
@@ -175,7 +175,7 @@ _PAGE = """{% extends "base" %}
 <td data-label="Run"><div>{% if depth %}<span class="nest">{{ "↳ " * depth }}</span>{% endif %}
 {{ r.name }}<br><span class="mute small">{{ r.agent }} · <code>{{ r.run_id[:8] }}</code></span>
 </div></td>
-<td data-label="Status"><span class="dot s-{{ r.status }}">{{ r.status }}</span></td>
+<td data-label="Status"><span class="dot s-{{ r.status }}">{{ r.status }}</span>{% if r.resumes %} <span class="resumed" title="resumed after a worker was lost">↻ {{ r.resumes }}×</span>{% endif %}</td>
 <td data-label="Queue" class="num queue-pos">{% if r.position %}#{{ r.position }}{% else %}–{% endif %}</td>
 <td data-label="Age" class="num">{{ r.age }}</td>
 <td data-label="Runtime" class="num">{{ r.runtime }}</td>

@@ -37,6 +37,8 @@ class RunRow:
     cost: str
     position: int | None
     """Place in the line of runs waiting to start (1 = next), for queued runs."""
+    resumes: int = 0
+    """Times it went on after its worker was lost."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +86,8 @@ class Page:
     workers: tuple[WorkerRow, ...]
     dead: tuple[DeadRow, ...]
     dead_total: int
+    resumed: int = 0
+    """Runs shown that went on after their worker was lost."""
 
 
 def build_page(snapshot: PageSnapshot, *, prices: Mapping[str, Price]) -> Page:
@@ -103,6 +107,7 @@ def build_page(snapshot: PageSnapshot, *, prices: Mapping[str, Price]) -> Page:
         workers=tuple(worker_row(w, now=now, runs=by_run) for w in snapshot.workers),
         dead=tuple(dead_row(d, now=now) for d in snapshot.dead),
         dead_total=snapshot.dead_total,
+        resumed=sum(r.resumes > 0 for r in snapshot.runs),
     )
 
 
@@ -129,6 +134,7 @@ def run_row(
         ),
         cost="–" if cost is None else f"${cost:.4f}",
         position=position if record.status is RunStatus.QUEUED else None,
+        resumes=record.resumes,
     )
 
 

@@ -94,11 +94,15 @@ def execute_run(
         try:
             status, text, notes = _drive(deps, record, watch.guard(body), meter, start)
         except RunParked as parked:
+            if watch.superseded:
+                return SUPERSEDED
             _park(deps, record, meter, parked)
             return "parked"
         # The watch stops now; its thread is joined once the announce is written (the
         # finalize script decides alone whether this call or the watch's ends the run).
         watch.done.set()
+        if watch.superseded:
+            return SUPERSEDED
         finalize_run(
             deps,
             run_id,
@@ -107,8 +111,13 @@ def execute_run(
             notes=notes,
             usage=meter.usage,
             tools=meter.tool_calls,
+            executor=record.executor,
         )
     return status.value
+
+
+SUPERSEDED = "superseded"
+"""What a job returns whose run went on in a later attempt (it was taken for lost)."""
 
 
 def _meter(record: RunRecord, start: RunStart) -> Meter:
@@ -169,6 +178,7 @@ def _drive(
             notes=notes,
             usage=meter.usage,
             tools=meter.tool_calls,
+            executor=record.executor,
         )
         raise
     except ModelCallFailed as exc:

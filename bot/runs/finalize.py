@@ -53,11 +53,14 @@ def finalize_run(
     notes: str = "",
     usage: Usage | None = None,
     tools: int | None = None,
+    executor: str = "",
 ) -> bool:
     """End ``run_id`` with ``status`` unless it already ended; True if this call ended it.
 
     ``result=None`` keeps whatever partial result the run recorded while working;
-    ``tools``: the run's tool call count, saved by the same script (``None``: as saved).
+    ``tools``: the run's tool call count, saved by the same script (``None``: as saved);
+    ``executor``: the job of the attempt ending it (it ends nothing once a later attempt
+    executes the run: bot.store.recovery).
     """
     # The out/ files come with the record: one round trip before the announce's write.
     record, seen = deps.runs.get_for_end(run_id, out_snapshot())
@@ -72,6 +75,7 @@ def finalize_run(
         usage=usage,
         tools=tools,
         seen=seen,
+        executor=executor,
     )
 
 
@@ -87,6 +91,7 @@ def end_run(
     tools: int | None = None,
     stop: StopMarks | None = None,
     seen: OutFiles | None = None,
+    executor: str = "",
 ) -> bool:
     """:func:`finalize_run` for a ``record`` read already (it is not read again); the
     script decides whether it still ends (True if this call ended it). ``stop``: a stop's
@@ -132,6 +137,7 @@ def end_run(
         quiet=quiet,
         metrics=tuple(catalog.run_ended(record, status, ended_at=ended_at)),
         recheck_at=stop.recheck_at if stop is not None else None,
+        executor=executor,
     )
     deps.failpoints.hit("run.finalize")
     ended = deps.runs.end(

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 
 from bot.config import SubagentSettings
 from bot.deps import Deps
-from bot.errors import RunStalled
+from bot.errors import RunStalled, RunStopped
 from bot.runs.finalize import finalize_run
 from bot.runs.progress_lines import step_event
 from bot.steps import LoopControl, LoopResult, Meter, RunBody
+from bot.supervise import abort
 from bot.text.units import duration
 from bot.types import RunRecord, RunStatus
 
@@ -116,9 +117,17 @@ class StallWatch:
     note: str = ""
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     next_beat: float  # when the heartbeat is refreshed next (time.monotonic())
+    superseded: bool = False
+    """A later attempt executes the run: this one was taken for lost (its heartbeat
+    lapsed) and must end without a trace (bot.store.recovery)."""
+    aborter: abort.Abort | None = None
+    """The run's abort (threads pool): a superseded attempt is cut short through it."""
 
     def check(self) -> None:
-        """Raise :class:`RunStalled` once the watchdog has judged the run stalled."""
+        """Raise :class:`RunStalled` once the watchdog has judged the run stalled, and
+        :class:`RunStopped` once a later attempt took the run over."""
+        if self.superseded:
+            raise RunStopped("a later attempt executes the run")
         if self.note:
             raise RunStalled(self.note)
 
@@ -143,6 +152,8 @@ class StallWatch:
         period = max(0.05, min(1.0, self.limits.quiet / 5, self.limits.in_tool / 5))
         warned = False
         while not self._wait(period):
+            if self.superseded:
+                return
             meter = self.meter
             quiet_for = time.monotonic() - meter.last_activity
             verdict = judge(quiet_for=quiet_for, in_tool=bool(meter.in_tool), limits=self.limits)
@@ -181,11 +192,21 @@ class StallWatch:
                 return True
 
     def _beat(self) -> None:
+        record = self.record
         try:
             ttl = self.deps.settings.subagents.stale_after_seconds
-            self.deps.runs.beat(self.record.run_id, ttl=ttl)
+            if self.deps.runs.beat(record.run_id, ttl=ttl, executor=record.executor):
+                return
         except Exception:  # a Redis blip must not end the watch; the next beat retries
-            log.warning("heartbeat for %s failed", self.record.run_id, exc_info=True)
+            log.warning("heartbeat for %s failed", record.run_id, exc_info=True)
+            return
+        # Taken for lost while it lived on (starved past stale_after_seconds): the run
+        # goes on in a later attempt, so this one stops without ending or parking it.
+        self.superseded = True
+        log.warning("run %s went on in another attempt; job %s stops", record.run_id,
+                    record.executor)  # fmt: skip
+        if self.aborter is not None:
+            self.aborter.abort("a later attempt executes the run")
 
     def _say(self, text: str) -> None:
         try:
@@ -203,6 +224,7 @@ class StallWatch:
             result=meter.last_text,
             notes=self.note,
             usage=meter.usage,
+            executor=record.executor,
         )
         if ended:
             grace = deps.settings.subagents.hard_kill_grace_seconds
@@ -222,6 +244,7 @@ def stall_watch(deps: Deps, record: RunRecord, meter: Meter) -> Iterator[StallWa
         meter=meter,
         limits=StallLimits.of(sub),
         next_beat=time.monotonic() + sub.heartbeat_seconds,
+        aborter=abort.current(),
     )
     thread = threading.Thread(target=watch.run, name=f"watch-{record.run_id[:8]}", daemon=True)
     thread.start()

@@ -51,9 +51,11 @@ STOP_FLAG_TTL = 86_400
 _END_RUN = """
 local function end_run(k, a)
   if k[5] ~= '' then redis.call('SET', k[5], '1', 'EX', a[6]) end
-  local now = redis.call('HMGET', k[1], 'status', a[7])
+  local now = redis.call('HMGET', k[1], 'status', a[7], 'executor')
   local cur, tools = now[1], now[2]
   if cur ~= 'queued' and cur ~= 'running' then return 0 end
+  -- an attempt whose run went on in a later one (bot.store.recovery) ends nothing
+  if a[8] ~= '' and now[3] and now[3] ~= '' and now[3] ~= a[8] then return 0 end
   local fields = cjson.decode(a[5])
   redis.call('HSET', k[1], 'status', a[1], 'ended_at', a[2], unpack(fields))
   for i = 1, #fields, 2 do
@@ -74,13 +76,15 @@ local function end_run(k, a)
   return 1, tools, inbox, receipts
 end
 """
-END_RUN = Fragment(name="end_run", lua=_END_RUN, keys=7, args=7)
+END_RUN = Fragment(name="end_run", lua=_END_RUN, keys=7, args=8)
 """The registry's step of the finalize script (:mod:`bot.store.finalize_script`): the
 compare-and-set to terminal, which is the only decision. KEYS: the run hash, the active set,
 its heartbeat, ``archive_due``, its stop flag ("" = do not raise it), its inbox and the
 inbox's receipts (taken: what the run never read, :meth:`RunsRegistry.drain_inbox_receipts`). ARGV: the status,
 ``ended_at``, the run id, when to archive ("" = never), more fields as a flat JSON list of
-strings, the stop flag's TTL, :data:`TOOLS_FIELD`. The flag is raised whether or not the run
+strings, the stop flag's TTL, :data:`TOOLS_FIELD`, the job that ends it ("" = whoever: an
+attempt's own end passes its job, and ends nothing once a later attempt executes the run).
+The flag is raised whether or not the run
 ends here (a stop that lost the race to the run's own end still asks its job to stop).
 Returns 1, the run's saved tool count, and the inbox's messages and receipts taken, if it
 ended the run; else 0."""
@@ -197,6 +201,16 @@ kept a snapshot at its start and is a root run (a child reports to its parent ru
 files)."""
 
 
+_BEAT = """
+local executor = redis.call('HGET', KEYS[1], 'executor')
+if executor and executor ~= '' and executor ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+"""KEYS: the run hash, its heartbeat. ARGV: the beating job, now, the TTL (ms). Returns 0
+(and beats not) once another job executes the run."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class OutFiles:
     """What a run's end reads to tell which ``out/`` files it wrote.
@@ -262,6 +276,8 @@ class Finalization:
         quiet: The run announces nothing (``ANNOUNCE_SKIP``): its last progress event
             takes its status card away.
         metrics: The metric updates of the run's end.
+        executor: The job of the attempt ending it ("" = not an attempt's own end): it
+            ends nothing once a later attempt executes the run.
     """
 
     status: RunStatus
@@ -276,6 +292,7 @@ class Finalization:
     recheck_at: float | None = None
     quiet: bool = False
     metrics: tuple[Update, ...] = ()
+    executor: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,6 +322,7 @@ class RunsRegistry(RedisOwner):
     _start = Lua(_START)
     _places = Lua(_PLACES)
     _read_for_end = Lua(_READ_FOR_END)
+    _beat = Lua(_BEAT)
 
     def __init__(
         self,
@@ -500,8 +518,14 @@ class RunsRegistry(RedisOwner):
             pipe.delete(self.keys.heartbeat(run_id))
             pipe.execute()
 
-    def beat(self, run_id: str, *, ttl: float) -> None:
-        self.redis.set(self.keys.heartbeat(run_id), time.time(), px=int(ttl * 1000))
+    def beat(self, run_id: str, *, ttl: float, executor: str = "") -> bool:
+        """Refresh the run's heartbeat; with ``executor`` only while that job executes
+        it (False: a later attempt took the run over, bot.store.recovery)."""
+        if not executor:
+            self.redis.set(self.keys.heartbeat(run_id), time.time(), px=int(ttl * 1000))
+            return True
+        keys = [self.keys.run(run_id), self.keys.heartbeat(run_id)]
+        return bool(self._beat(keys=keys, args=[executor, repr(time.time()), int(ttl * 1000)]))
 
     def heartbeat_alive(self, run_id: str) -> bool:
         return bool(self.redis.exists(self.keys.heartbeat(run_id)))
@@ -654,5 +678,6 @@ class RunsRegistry(RedisOwner):
             json.dumps(fields),
             STOP_FLAG_TTL,
             TOOLS_FIELD,
+            outcome.executor,
         )
         return Part(fragment=END_RUN, keys=keys, args=args)

@@ -149,6 +149,8 @@ async def test_a_sentinel_failover_mid_run_loses_nothing(
     assert len(keys) == len(set(keys)) == 2 * runs, keys
     texts = [a.text for a in channel.announces]
     assert all("Status: success" in t for t in texts), (texts, log[-6000:])
+    # The runs lived through the failover: none was taken for lost and resumed.
+    assert not any("resumed after a worker was lost" in t for t in texts), texts
     down = outages(log, wall)
     assert down and all(back is not None for _, back in down.values()), (down, log[-3000:])
     gap = probe.longest_gap(start)

@@ -11,7 +11,8 @@ run once (docs/architecture.md, "Resume after a crash"):
 - a run whose worker died more than ``max_resumes`` times is not resumed again: the caller
   ends it ``unknown``;
 - else the attempt is counted, the reason kept, the dead heartbeat dropped, and the
-  recovery job saved and pushed onto RQ's ``subagents`` queue, all at once. The run keeps
+  recovery job saved and pushed onto the head of RQ's ``subagents`` queue (it has waited
+  long enough: the next free worker takes it), all at once. The run keeps
   its subagent slot (it never left ``fair:slots``), its number, its card and its join.
 
 The script writes RQ's job hash and queue only through :data:`bot.store.rq_layout.RQ_LUA`.
@@ -55,7 +56,7 @@ end
 redis.call('HSET', KEYS[1], 'attempt', n + 1, 'attempt_ends', cjson.encode(list),
   'executor', ARGV[5], 'resuming', ARGV[4])
 redis.call('DEL', KEYS[2])
-rq_save_enqueued(KEYS[4], ARGV, 7, KEYS[5], ARGV[5], ARGV[6])
+rq_save_enqueued(KEYS[4], ARGV, 7, KEYS[5], ARGV[5], ARGV[6], true)
 rq_register_queue(KEYS[6], KEYS[5])
 return {1, n + 1}
 """

@@ -90,18 +90,24 @@ local function rq_enqueue(queue_key, id, enqueued_at)
   redis.call('RPUSH', queue_key, id)
   redis.call('HSET', '{JOB_PREFIX}' .. id, 'status', 'queued', 'enqueued_at', enqueued_at)
 end
-local function rq_save_enqueued(job_key, flat, from, queue_key, id, enqueued_at)
-  -- rq_save, then rq_enqueue, with one HSET: a later field of one HSET wins
+local function rq_save_enqueued(job_key, flat, from, queue_key, id, enqueued_at, front)
+  -- rq_save, then rq_enqueue, with one HSET: a later field of one HSET wins; ``front``:
+  -- at the head of the queue, the next job a worker pops (assumption 8)
   local fields = {{unpack(flat, from)}}
   fields[#fields + 1] = 'status'
   fields[#fields + 1] = 'queued'
   fields[#fields + 1] = 'enqueued_at'
   fields[#fields + 1] = enqueued_at
   redis.call('HSET', job_key, unpack(fields))
-  redis.call('RPUSH', queue_key, id)
+  if front then
+    redis.call('LPUSH', queue_key, id)
+  else
+    redis.call('RPUSH', queue_key, id)
+  end
 end
 """
-"""Lua functions over RQ's keys for :mod:`bot.store.fair`'s scripts (assumptions 1-4)."""
+"""Lua functions over RQ's keys for :mod:`bot.store.fair`'s and
+:mod:`bot.store.recovery`'s scripts (assumptions 1-4, 8)."""
 
 
 def job_fields(job: Job, *, resumes: str = "") -> list[str | bytes | int | float]:

@@ -67,11 +67,12 @@ def test_a_superseded_attempt_cannot_beat_or_end_its_run(deps: Deps) -> None:
 
 
 def test_two_noticers_of_one_death_resume_it_once(deps: Deps) -> None:
+    deps.jobs.queue("subagents").enqueue_call("builtins.print", job_id="waiting-run")
     started(deps, "r2")
     verdicts = [recover_run(deps, "r2", dead_job="r2", why=f"noticer {i}").verdict for i in (1, 2)]
     assert verdicts == [Verdict.RESUMED, Verdict.NONE]
     queued = deps.jobs.queue("subagents").get_job_ids()
-    assert queued.count("r2-a2") == 1
+    assert queued.count("r2-a2") == 1 and queued[0] == "r2-a2"  # the next one a worker pops
     record = deps.runs.get("r2")
     assert record is not None and len(record.attempt_ends) == 1
     assert record.attempt_ends[0].endswith("|noticer 1")

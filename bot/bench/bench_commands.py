@@ -295,6 +295,15 @@ def chaos(
     seed: Annotated[int, typer.Option(help="Seeds the plan and the kills.")] = 1,
     turns: Annotated[int, typer.Option(help="Main-agent turns (user messages).", min=0)] = 20,
     max_concurrent: Annotated[int, typer.Option(help="subagents.max_concurrent.", min=1)] = 8,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Worker processes per host (default: fork max-concurrent + 2, threads 2; "
+            "either way one host carries the cap alone).",
+            min=1,
+            max=64,
+        ),
+    ] = None,
     timeout: Annotated[
         float | None, typer.Option(help="Seconds to wait for all runs (default 180 + 1/run).")
     ] = None,
@@ -317,7 +326,8 @@ def chaos(
             for name in pools:
                 config = ChaosConfig(
                     runs=runs, kills=kills, pool=name, seed=seed, turns=turns,
-                    max_concurrent=max_concurrent, timeout=timeout, log_dir=directory / name,
+                    max_concurrent=max_concurrent, workers=workers, timeout=timeout,
+                    log_dir=directory / name,
                     report=lambda line: typer.echo(line, err=True), stopping=stopping,
                 )  # fmt: skip
                 results.append(asyncio.run(run_chaos(config)))

@@ -77,6 +77,7 @@ POLL = 0.25
 WATCH = 0.05  # seconds between two readings of the killed runs
 WATCH_SECONDS = 60.0  # a killed run not going on by then is counted "not resumed"
 HOSTS = ("a", "b")
+TURN_HUNT_SECONDS = 15.0
 
 
 class ChaosError(FanbotError):
@@ -92,7 +93,7 @@ class ChaosConfig:
     pool: str = "threads"
     seed: int = 1
     max_concurrent: int = 8
-    workers: int | None = None  # per host; default: fork 5 (turns need a free one), threads 2
+    workers: int | None = None  # per host; default: fork max_concurrent + 2, threads 2
     turns: int = 20
     topics: int = 10
     delays: tuple[float, float] = (0.5, 3.0)
@@ -103,11 +104,15 @@ class ChaosConfig:
 
     @property
     def per_host(self) -> int:
-        return self.workers or (5 if self.pool == "fork" else 2)
+        """Worker processes per host: by default one host alone carries every run the cap
+        lets run, and turns beside them (fork: one process per job), so the runs of a host
+        that dies find room on the other at once."""
+        return self.workers or (self.max_concurrent + 2 if self.pool == "fork" else 2)
 
     @property
     def threads_concurrency(self) -> int:
-        return threads_concurrency(self.max_concurrent, self.per_host * len(HOSTS))
+        """Jobs at once per threads-pool process: one host's share of the whole cap."""
+        return threads_concurrency(self.max_concurrent, self.per_host)
 
 
 @dataclass(kw_only=True)
@@ -305,9 +310,13 @@ def _kill(env: _Env, kill: Kill) -> dict[str, object]:
         _note_hits(env, jobs, kind="host", killed=killed)
         host.start()  # a fresh supervisor in its place
         return _summary(f"host {name} (launcher, workers, horses)", jobs, env)
+    # Every third process kill goes for a process answering a turn (for up to
+    # TURN_HUNT_SECONDS), so the turns goal is tested under kills too.
+    processes = sum(not str(k["what"]).startswith("host") for k in env.kills_done)
+    turn_until = time.monotonic() + (TURN_HUNT_SECONDS if processes % 3 == 1 else 0)
     deadline = time.monotonic() + 20
     while True:
-        victim = _victim(env)
+        victim = _victim(env, turn=time.monotonic() < turn_until)
         if victim is not None or time.monotonic() > deadline:
             break
         time.sleep(0.1)
@@ -324,13 +333,14 @@ def _kill(env: _Env, kill: Kill) -> dict[str, object]:
     return _summary(what, jobs, env)
 
 
-def _victim(env: _Env) -> tuple[str, list[int], list[Job]] | None:
-    """A worker process running jobs, at random: (what, pids to kill, its jobs)."""
+def _victim(env: _Env, *, turn: bool) -> tuple[str, list[int], list[Job]] | None:
+    """A worker process running jobs (``turn``: a turn among them), at random: (what, pids
+    to kill, its jobs)."""
     busy = []
     for name, host in env.hosts.items():
         for pid in host.worker_pids():
             jobs = [j for j in _jobs_of(env, pid) if j.get_status() is JobStatus.STARTED]
-            if jobs:
+            if jobs and (not turn or any(j.origin == TURNS_QUEUE for j in jobs)):
                 busy.append((name, pid, jobs))
     if not busy:
         return None

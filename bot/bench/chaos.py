@@ -302,7 +302,7 @@ def _kill(env: _Env, kill: Kill) -> dict[str, object]:
         # another is there to notice, as the goal's p99 assumes.
         wait_until(lambda: all(_host_ready(env, h) for h in HOSTS), problem=env.problem,
                    error=ChaosError, timeout=60, what="both hosts to be up", poll=0.1)  # fmt: skip
-        name = env.rng.choice(HOSTS)
+        name = _host_to_kill(env)
         host = env.hosts[name]
         jobs = [job for pid in host.worker_pids() for job in _jobs_of(env, pid)]
         killed = time.time()
@@ -331,6 +331,21 @@ def _kill(env: _Env, kill: Kill) -> dict[str, object]:
             continue
     _note_hits(env, jobs, kind="process", killed=killed)
     return _summary(what, jobs, env)
+
+
+def _host_to_kill(env: _Env) -> str:
+    """The host to kill: every other host kill (the first, the third...) goes for a host
+    answering a turn (for up to TURN_HUNT_SECONDS), the others pick at random."""
+    hosts = sum(str(k["what"]).startswith("host") for k in env.kills_done)
+    deadline = time.monotonic() + (TURN_HUNT_SECONDS if hosts % 2 == 0 else 0)
+    while time.monotonic() < deadline:
+        answering = [name for name, host in env.hosts.items()
+                     if any(j.origin == TURNS_QUEUE and j.get_status() is JobStatus.STARTED
+                            for pid in host.worker_pids() for j in _jobs_of(env, pid))]  # fmt: skip
+        if answering:
+            return env.rng.choice(answering)
+        time.sleep(0.1)
+    return env.rng.choice(HOSTS)
 
 
 def _victim(env: _Env, *, turn: bool) -> tuple[str, list[int], list[Job]] | None:

@@ -163,6 +163,7 @@ class ChaosResult:
             ("pages fetched twice (safe)", str(self.refetched)),
             ("turns: once / never / twice", f"{turns_once} / {never} / {twice} "
              f"(lost lines {sum(self.turn_lost_lines.values())})"),
+            ("turns hit by kills: answered / lost line / never", self._turns_hit()),
         ]  # fmt: skip
         rows += [(f"{name} log", _counts(c) or "clean") for name, c in self.logs.items()]
         rows += [("", "== goals ==")]
@@ -170,6 +171,13 @@ class ChaosResult:
             (goal, f"{'met' if met else 'MISSED'}: {figure}") for goal, met, figure in self.goals()
         ]
         return rows
+
+    def _turns_hit(self) -> str:
+        hit = {n for k in self.kills for n in _ints(k.get("turns"))}
+        answered = sum(1 for n in hit if self.turn_replies[n])
+        lost = sum(1 for n in hit if self.turn_lost_lines[n] and not self.turn_replies[n])
+        never = sum(1 for n in hit if not self.turn_replies[n] and not self.turn_lost_lines[n])
+        return f"{answered} / {lost} / {never} (of {len(hit)})"
 
     def details(self) -> list[str]:
         """The kills one per line, and the runs behind each missed goal."""
@@ -291,6 +299,10 @@ def _ran_twice(tool: str, result: str) -> bool:
         found = _COUNT.search(result)
         return found is not None and int(found[1]) > 1
     return False
+
+
+def _ints(value: object) -> list[int]:
+    return [n for n in value if isinstance(n, int)] if isinstance(value, list) else []
 
 
 def _seconds(value: float | None) -> str:

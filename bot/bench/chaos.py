@@ -488,7 +488,9 @@ def _parameters(config: ChaosConfig, tools: tuple[str, ...], env: _Env) -> dict[
         "runs / turns / max_concurrent": f"{config.runs} / {config.turns} / {config.max_concurrent}",
         "hosts x worker processes": f"{len(HOSTS)} x {config.per_host} ({pool})",
         "kills (host / process)": f"{len(env.kills_done)} ({hosts} / {len(env.kills_done) - hosts})",
-        "tools": ", ".join(tools) + f" (not safe to repeat: {', '.join(NOT_REPEATABLE)})",
+        "tools (*: not safe to repeat)": ", ".join(
+            f"{t}*" if t in NOT_REPEATABLE else t for t in tools
+        ),
         "model delay": f"{config.delays[0]:g}-{config.delays[1]:g} s per answer",
         "seed": str(config.seed),
     }  # fmt: skip

@@ -1,4 +1,4 @@
-"""``fanbot bench soak|latency|stop|compare|many|map|commands``: benchmarks against real
+"""``fanbot bench soak|latency|stop|compare|many|chaos|map|commands``: benchmarks against real
 processes and the fakes.
 
 They start their own private Redis, workers and the fake model (the processes they start
@@ -25,7 +25,7 @@ from bot.supervise.signals import stop_on_signal
 app = typer.Typer(
     name="bench",
     help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare "
-    "RQ, goals met or missed), many (1,000 runs at once in the threads pool), map (the code's "
+    "RQ, goals met or missed), many (1,000 runs at once in the threads pool), chaos (workers SIGKILLed at random: runs resume, lose nothing), map (the code's "
     "shape and the modules one message runs through), commands (Redis commands per subagent "
     "run).",
     no_args_is_help=True,
@@ -281,6 +281,65 @@ def many(
         shutil.rmtree(directory, ignore_errors=True)
         result = dataclasses.replace(result, log_dir="")
     typer.echo(result.table())
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def chaos(
+    runs: Annotated[int, typer.Option(help="Subagent runs to spawn (per pool).", min=1)] = 200,
+    kills: Annotated[
+        int,
+        typer.Option(help="SIGKILLs per pool (at least 2 of 4 or more kill a whole host).", min=0),
+    ] = 12,
+    pool: Annotated[str, _pool_option(both=True)] = "both",
+    seed: Annotated[int, typer.Option(help="Seeds the plan and the kills.")] = 1,
+    turns: Annotated[int, typer.Option(help="Main-agent turns (user messages).", min=0)] = 20,
+    max_concurrent: Annotated[int, typer.Option(help="subagents.max_concurrent.", min=1)] = 8,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Worker processes per host (default: fork max-concurrent + 2, threads 2; "
+            "either way one host carries the cap alone).",
+            min=1,
+            max=64,
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds to wait for all runs (default 180 + 1/run).")
+    ] = None,
+    log_dir: Annotated[Path | None, _log_dir_option(kept="FAIL")] = None,
+) -> None:
+    """Runs with tools (write_file, execute, web_fetch) while worker processes and whole
+    hosts are SIGKILLed at random, then fresh ones start: lost runs, duplicated announces,
+    runs ended unknown, resume latency p50/p99 (process and host deaths), model calls
+    repeated, interrupted tool calls, turns answered once. Goals met or missed, per pool."""
+    from bot.bench.chaos import ChaosConfig, run_chaos
+    from bot.bench.chaos_report import table
+
+    _check_pool("chaos", pool, ("fork", "threads", "both"))
+    _need_psutil()
+    directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-chaos-"))
+    pools = ["threads", "fork"] if pool == "both" else [pool]
+    results = []
+    try:
+        with stop_on_signal() as stopping:
+            for name in pools:
+                config = ChaosConfig(
+                    runs=runs, kills=kills, pool=name, seed=seed, turns=turns,
+                    max_concurrent=max_concurrent, workers=workers, timeout=timeout,
+                    log_dir=directory / name,
+                    report=lambda line: typer.echo(line, err=True), stopping=stopping,
+                )  # fmt: skip
+                results.append(asyncio.run(run_chaos(config)))
+    except FanbotError as exc:
+        typer.echo(f"fanbot bench chaos: {exc}\nlogs: {directory}", err=True)
+        raise typer.Exit(1) from None
+    failed = any(r.failures() for r in results)
+    if log_dir is None and not failed:
+        shutil.rmtree(directory, ignore_errors=True)
+        for result in results:
+            result.log_dir = ""
+    typer.echo(table(results))
     raise typer.Exit(1 if failed else 0)
 
 

@@ -126,7 +126,7 @@ def _execute(
         if user_message is None:
             deps.turn_attempts.finish(job.reply_key)
             return ""
-        deps.turn_attempts.record(job.reply_key, [user_message])
+        deps.turn_attempts.record(job.reply_key, [user_message], first=True)
     steps = recorded[1:]
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt(deps.settings, job.agent_id)},

@@ -13,7 +13,7 @@ every attempt. While an attempt executes it holds:
   answered is never run again;
 - a lease key (expires ``stale_after_seconds`` after its last refresh): proof that a worker
   still executes it;
-- the steps list: its user message, then every message it appended (one ``RPUSH`` each),
+- the steps list: its user message, then every message it appended (one ``RPUSHX`` each),
   kept for the turn timeout plus an hour. A new attempt goes on from there.
 
 Every noticer of a dead worker (launcher, horse monitor, reaper) calls :meth:`decide` with
@@ -57,11 +57,13 @@ else
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[6])
+redis.call('EXPIRE', KEYS[3], ARGV[7])
 return redis.call('LRANGE', KEYS[3], 0, -1)
 """
 """KEYS: the in-flight hash, the turn's lease, its steps. ARGV: the reply key, this job,
-its attempt, the entry of a first attempt, now, the lease's TTL in ms. Returns the recorded
-steps, or nil when this job is not (or no longer) the turn's attempt."""
+its attempt, the entry of a first attempt, now, the lease's TTL in ms, the steps' TTL in
+seconds (renewed for a later attempt). Returns the recorded steps, or nil when this job is
+not (or no longer) the turn's attempt."""
 
 _DECIDE = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -164,7 +166,8 @@ class TurnAttempts(RedisOwner):
         later one superseded it, or the turn answered already."""
         now = time.time() if now is None else now
         entry = _entry(job_id, attempt, RUNNING, now, payload)
-        args = [reply_key, job_id, attempt, entry, repr(now), int(lease_seconds * 1000)]
+        lease_ms = int(lease_seconds * 1000)
+        args = [reply_key, job_id, attempt, entry, repr(now), lease_ms, self.ttl_seconds]
         keys = [self.keys.turns_in_flight, self.keys.turn_lease(reply_key)]
         raw = self._begin(keys=[*keys, self.keys.turn_steps(reply_key)], args=args)
         if raw is None:
@@ -175,13 +178,22 @@ class TurnAttempts(RedisOwner):
         """Refresh the turn's lease (one ``SET``)."""
         self.redis.set(self.keys.turn_lease(reply_key), job_id, px=int(lease_seconds * 1000))
 
-    def record(self, reply_key: str, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Append ``messages`` to the turn's steps (one round trip)."""
+    def record(
+        self, reply_key: str, messages: Sequence[Mapping[str, Any]], *, first: bool = False
+    ) -> None:
+        """Append ``messages`` to the turn's steps: one ``RPUSHX`` (``first``: the turn's
+        first write, its user message, which creates the list with its expiry in the same
+        round trip). Only to a list that exists: a turn fenced or answered meanwhile (its
+        steps deleted) leaves no list without an expiry behind."""
         if not messages:
             return
         key = self.keys.turn_steps(reply_key)
+        entries = [json.dumps(self._bounded(m)) for m in messages]
+        if not first:
+            self.redis.rpushx(key, *entries)
+            return
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.rpush(key, *(json.dumps(self._bounded(m)) for m in messages))
+            pipe.rpush(key, *entries)
             pipe.expire(key, self.ttl_seconds)
             pipe.execute()
 

@@ -121,13 +121,14 @@ def test_a_superseded_job_does_not_run_and_the_next_attempt_reads_the_steps(deps
     begun(deps, job)
     user = {"role": "user", "content": "alice: hello"}
     call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
-    deps.turn_attempts.record(job.reply_key, [user])
+    deps.turn_attempts.record(job.reply_key, [user], first=True)
     deps.turn_attempts.record(job.reply_key, [{"role": "assistant", "tool_calls": [call]}])
     assert decide(deps, job, "turn-1") is TurnVerdict.RESUMED
     again = job.model_copy(update={"attempt": 2})
     assert begun(deps, again, "turn-1") is None  # the old job, if it ever ran again
     steps = begun(deps, again, "turn-1-r2")
     assert steps is not None and [m["role"] for m in steps] == ["user", "assistant"]
+    assert 0 < deps.redis.ttl(deps.keys.turn_steps(job.reply_key)) <= deps.turn_attempts.ttl_seconds
     (entry,) = deps.turn_attempts.in_flight()
     assert entry.state == RUNNING and deps.turn_attempts.lease_alive(job.reply_key)
 

@@ -17,6 +17,7 @@ key                                                type       what
 ``{p}session:{key}:turn_stop``                     string     abort flag for the running turn
 ``{p}turn:{replyKey}:steps``                       list       a turn's messages after its user message (JSON)
 ``{p}turn:{replyKey}:hb``                          string     a turn's lease, expires when stale
+``{p}turn:{replyKey}:done``                        string     the turn answered (expires)
 ``{p}turns:inflight``                              hash       reply key -> turn in flight (JSON: job, attempt, state)
 ``{p}transcript:{sessionId}``                      list       a run's messages (JSON)
 ``{p}transcript:{sessionId}.deleted.{ts}``         list       archived transcript
@@ -117,6 +118,9 @@ class Keys:
 
     def turn_lease(self, reply_key: str) -> str:
         return f"{self.prefix}turn:{reply_key}:hb"
+
+    def turn_done(self, reply_key: str) -> str:
+        return f"{self.prefix}turn:{reply_key}:done"
 
     @property
     def turns_in_flight(self) -> str:

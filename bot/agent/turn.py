@@ -97,6 +97,8 @@ def execute_turn(
     flight answered as interrupted unless its tool is safe to repeat."""
     thread = ThreadRef.from_json(job.thread)
     job_id = job_id or f"local-{job.message_id}"
+    if job.attempt == 1:  # before it is in flight: an old /stop never stops its next attempt
+        deps.stops.clear_turn_stop(job.session_key)
     recorded = deps.turn_attempts.begin(
         job.reply_key,
         job_id=job_id,
@@ -146,8 +148,6 @@ def _execute(
         chain_exhausted=chain_exhausted(deps.settings, job),
         turn_message=str(user_message.get("content") or "") if job.kind == "message" else "",
     )
-    if job.attempt == 1:  # a later attempt keeps a stop asked for meanwhile
-        deps.stops.clear_turn_stop(job.session_key)
     try:
         text = _answer(deps, model, job, messages, ctx, mcp, steps=steps)
         _commit(deps, job, thread, user_message, text)

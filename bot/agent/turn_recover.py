@@ -37,9 +37,14 @@ log = logging.getLogger(__name__)
 _ENDED = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)
 
 
-def recover_turn(deps: Deps, payload: dict[str, Any], *, dead_job: str, why: str) -> TurnVerdict:
+def recover_turn(
+    deps: Deps, payload: dict[str, Any], *, dead_job: str, why: str, executing: bool = True
+) -> TurnVerdict:
     """The turn of ``payload`` (a :class:`TurnJob`'s wire form) lost the worker executing
-    it as ``dead_job``: queue its next attempt, or say it stopped or was lost."""
+    it as ``dead_job``: queue its next attempt, or say it stopped or was lost.
+    ``executing``: the noticer saw ``dead_job`` executing (RQ's ``started``), so a turn
+    neither in flight nor done was killed before it began (the reaper knows only what is
+    in flight: False)."""
     job = TurnJob.model_validate(payload)
     got = deps.turn_attempts.decide(
         job.reply_key,
@@ -47,6 +52,7 @@ def recover_turn(deps: Deps, payload: dict[str, Any], *, dead_job: str, why: str
         stop_flag=deps.keys.turn_stop(job.session_key),
         max_resumes=deps.settings.subagents.max_resumes,
         why=why,
+        payload=payload if executing else None,
     )
     if got.verdict is TurnVerdict.RESUMED:
         _enqueue(deps, got.payload or payload, attempt=got.attempt, job_id=got.job_id)
@@ -84,7 +90,7 @@ def reap_turns(deps: Deps, *, now: float | None = None) -> list[str]:
             if deps.turn_attempts.lease_alive(entry.reply_key):
                 continue
             why = f"its worker stopped responding (no lease for {stale:g}s)"
-            recover_turn(deps, entry.payload, dead_job=entry.job_id, why=why)
+            recover_turn(deps, entry.payload, dead_job=entry.job_id, why=why, executing=False)
             _abandon(deps, entry.job_id)
         elif entry.state == QUEUED:
             status = deps.jobs.status(entry.job_id)
@@ -93,7 +99,7 @@ def reap_turns(deps: Deps, *, now: float | None = None) -> list[str]:
                 log.warning("turn %s: queued its lost attempt %d", entry.reply_key, entry.attempt)
             elif status in _ENDED:
                 why = f"its attempt {entry.attempt} ended before it started ({status})"
-                recover_turn(deps, entry.payload, dead_job=entry.job_id, why=why)
+                recover_turn(deps, entry.payload, dead_job=entry.job_id, why=why, executing=False)
             else:
                 continue
         elif entry.state == STOPPED:

@@ -13,6 +13,7 @@ every attempt. While an attempt executes it holds:
   answered is never run again;
 - a lease key (expires ``stale_after_seconds`` after its last refresh): proof that a worker
   still executes it;
+- a done marker once it answered (or was closed), kept as long as the steps would be;
 - the steps list: its user message, then every message it appended (one ``RPUSHX`` each),
   kept for the turn timeout plus an hour. A new attempt goes on from there.
 
@@ -67,7 +68,11 @@ not (or no longer) the turn's attempt."""
 
 _DECIDE = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then return {0, 0, '', ''} end
+if not cur then
+  -- killed before it began: unless the turn is done (answered), it was its first attempt
+  if ARGV[6] == '' or redis.call('EXISTS', KEYS[4]) == 1 then return {0, 0, '', ''} end
+  cur = ARGV[6]
+end
 local e = cjson.decode(cur)
 if ARGV[2] == '' or e.job ~= ARGV[2] then return {0, 0, '', ''} end
 if e.state ~= 'running' and e.state ~= 'queued' then return {0, 0, '', ''} end
@@ -91,9 +96,10 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(e))
 redis.call('DEL', KEYS[2])
 return {code, n, e.job, e.payload}
 """
-"""KEYS: the in-flight hash, the turn's lease, its session's turn stop flag. ARGV: the reply
-key, the dead job, ``max_resumes``, now, why the attempt ended. Returns ``{code, attempt,
-job, payload}``: see :class:`TurnVerdict`."""
+"""KEYS: the in-flight hash, the turn's lease, its session's turn stop flag, its done
+marker. ARGV: the reply key, the dead job, ``max_resumes``, now, why the attempt ended, the
+entry the dead job would have written had it begun ("" = none known). Returns ``{code,
+attempt, job, payload}``: see :class:`TurnVerdict`."""
 
 
 class TurnVerdict(enum.IntEnum):
@@ -198,11 +204,13 @@ class TurnAttempts(RedisOwner):
             pipe.execute()
 
     def finish(self, reply_key: str, *, pipe: Any = None) -> None:
-        """The turn answered (or was closed): it is no longer in flight. With ``pipe``,
+        """The turn answered (or was closed): it is no longer in flight, and its done
+        marker says so to a noticer of a job that died before it began. With ``pipe``,
         queued on the caller's transaction (the reply's)."""
         target = pipe if pipe is not None else self.redis.pipeline()
         target.hdel(self.keys.turns_in_flight, reply_key)
         target.delete(self.keys.turn_steps(reply_key), self.keys.turn_lease(reply_key))
+        target.set(self.keys.turn_done(reply_key), 1, ex=self.ttl_seconds)
         if pipe is None:
             target.execute()
 
@@ -214,14 +222,22 @@ class TurnAttempts(RedisOwner):
         stop_flag: str,
         max_resumes: int,
         why: str,
+        payload: Mapping[str, Any] | None = None,
         now: float | None = None,
     ) -> TurnDecision:
         """The job ``dead_job`` that executed (or was queued to execute) the turn is lost:
         its next attempt, its stop, or its end (see :class:`TurnVerdict`), decided and
-        marked at once. ``stop_flag``: the key of the turn's session stop flag."""
+        marked at once. ``stop_flag``: the key of the turn's session stop flag.
+        ``payload``: the dead job's (a noticer that saw it executing): a turn not in
+        flight and not done was killed before it began, in that job's attempt."""
         now = time.time() if now is None else now
         keys = [self.keys.turns_in_flight, self.keys.turn_lease(reply_key), stop_flag]
-        args = [reply_key, dead_job, max_resumes, repr(now), why]
+        keys.append(self.keys.turn_done(reply_key))
+        unbegun = ""
+        if payload is not None:
+            attempt = int(payload.get("attempt") or 1)
+            unbegun = _entry(dead_job, attempt, RUNNING, now, payload)
+        args = [reply_key, dead_job, max_resumes, repr(now), why, unbegun]
         code, attempt, job_id, payload = self._decide(keys=keys, args=args)
         verdict = TurnVerdict(int(code))
         if verdict is TurnVerdict.NONE:

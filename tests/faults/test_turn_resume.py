@@ -133,6 +133,23 @@ def test_a_superseded_job_does_not_run_and_the_next_attempt_reads_the_steps(deps
     assert entry.state == RUNNING and deps.turn_attempts.lease_alive(job.reply_key)
 
 
+def test_a_job_killed_before_its_turn_began_is_resumed_unless_the_turn_answered(
+    deps: Deps,
+) -> None:
+    job = turn()
+    payload = job.model_dump(mode="json")
+    assert recover_turn(deps, payload, dead_job="turn-1", why="t", executing=False) == 0
+    assert recover_turn(deps, payload, dead_job="turn-1", why="t") is TurnVerdict.RESUMED
+    assert recover_turn(deps, payload, dead_job="turn-1", why="t") is TurnVerdict.NONE
+    assert deps.jobs.queue(TURNS_QUEUE).get_job_ids() == ["turn-1-r2"]
+
+    answered = turn(message_id="m2")
+    begun(deps, answered, "turn-2")
+    deps.turn_attempts.finish(answered.reply_key)
+    again = answered.model_dump(mode="json")
+    assert recover_turn(deps, again, dead_job="turn-2", why="t") is TurnVerdict.NONE
+
+
 def test_a_turn_that_answered_is_never_run_again(deps: Deps) -> None:
     job = turn()
     begun(deps, job)

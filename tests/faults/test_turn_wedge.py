@@ -235,7 +235,9 @@ class Chaos:
         return found
 
     def busy(self) -> list[int]:
-        """Pids of the pool's workers whose horse is executing a job."""
+        """Pids of the pool's workers executing a job (fork pool: through their horse)."""
+        if self.pool.threads:
+            return self.pool.run_pids()
         found = []
         for pid in self.pool.worker_pids():
             with contextlib.suppress(psutil.NoSuchProcess):

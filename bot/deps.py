@@ -39,6 +39,7 @@ from bot.store.schedules import ScheduleStore
 from bot.store.stops import Stops
 from bot.store.threads import ThreadBindings
 from bot.store.transcripts import TranscriptStore
+from bot.store.turn_attempts import TurnAttempts
 from bot.store.workspace import Limits, Workspace
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class Deps:
     connection: Connection
     runs: RunsRegistry
     recovery: RunRecovery
+    turn_attempts: TurnAttempts
     history: HistoryStore
     transcripts: TranscriptStore
     jobs: Jobs
@@ -98,6 +100,9 @@ class Deps:
                 metrics=metrics,
             ),
             recovery=RunRecovery(redis=client, keys=keys),
+            turn_attempts=TurnAttempts(
+                redis=client, keys=keys, ttl_seconds=settings.turn_timeout_seconds + 3600
+            ),
             history=HistoryStore(
                 redis=client,
                 keys=keys,

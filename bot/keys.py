@@ -15,6 +15,10 @@ key                                                type       what
 ``{p}session:{key}:seq``                           string     counter numbering its runs
 ``{p}session:{key}:history``                       list       bounded chat history (JSON)
 ``{p}session:{key}:turn_stop``                     string     abort flag for the running turn
+``{p}turn:{replyKey}:steps``                       list       a turn's messages after its user message (JSON)
+``{p}turn:{replyKey}:hb``                          string     a turn's lease, expires when stale
+``{p}turn:{replyKey}:done``                        string     the turn answered (expires)
+``{p}turns:inflight``                              hash       reply key -> turn in flight (JSON: job, attempt, state)
 ``{p}transcript:{sessionId}``                      list       a run's messages (JSON)
 ``{p}transcript:{sessionId}.deleted.{ts}``         list       archived transcript
 ``{p}outbox``                                      stream     messages to deliver
@@ -106,6 +110,21 @@ class Keys:
 
     def turn_stop(self, session_key: str) -> str:
         return f"{self.prefix}session:{session_key}:turn_stop"
+
+    def turn_steps(self, reply_key: str) -> str:
+        """What a main-agent turn appended after its user message (a new attempt goes on
+        from it, :mod:`bot.store.turn_attempts`)."""
+        return f"{self.prefix}turn:{reply_key}:steps"
+
+    def turn_lease(self, reply_key: str) -> str:
+        return f"{self.prefix}turn:{reply_key}:hb"
+
+    def turn_done(self, reply_key: str) -> str:
+        return f"{self.prefix}turn:{reply_key}:done"
+
+    @property
+    def turns_in_flight(self) -> str:
+        return f"{self.prefix}turns:inflight"
 
     def transcript(self, session_id: str) -> str:
         return f"{self.prefix}transcript:{session_id}"

@@ -17,9 +17,9 @@ from redis import Redis
 from rq.job import Job, JobStatus
 from rq.timeouts import JobTimeoutException
 
-from bot.agent.turn import turn_lost as commit_turn_lost
 from bot.agent.turn import turn_stopped as commit_turn_stopped
 from bot.agent.turn import turn_timed_out as commit_turn_timed_out
+from bot.agent.turn_recover import recover_turn
 from bot.config import load_settings
 from bot.deps import Deps
 from bot.runs.finalize import finalize_run
@@ -78,9 +78,14 @@ def _run_of(job: Job) -> str:
     return str(job.args[0]) if job.args and isinstance(job.args[0], str) else job.id
 
 
+def _turn_payload(job: Job) -> dict[str, Any] | None:
+    """A turn job's :class:`TurnJob` wire payload (None: not a turn's)."""
+    return job.args[0] if job.args and isinstance(job.args[0], dict) else None
+
+
 def turn_stopped(job: Job, connection: Redis) -> None:
     """A turn was hard-stopped: post the closing line it could not."""
-    payload = job.args[0] if job.args and isinstance(job.args[0], dict) else None
+    payload = _turn_payload(job)
     if payload is None:
         return
     deps = Deps.build(load_settings(), client=connection)
@@ -89,7 +94,18 @@ def turn_stopped(job: Job, connection: Redis) -> None:
 
 def horse_killed(job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
     """The work horse died (SIGKILL, OOM...): ``on_failure`` will not fire, so its run
-    goes on in a new attempt (or ends) here (bot.runs.recover)."""
+    goes on in a new attempt (or ends) here (bot.runs.recover); its turn too
+    (bot.agent.turn_recover: the new attempt waits in the turn's lane, which RQ's failure
+    handling of this job frees right after)."""
+    if job.origin == TURNS_QUEUE:
+        payload = _turn_payload(job)
+        if payload is not None:
+            log.warning("work horse for turn job %s died (status %s)", job.id, ret_val)
+            deps = Deps.build(load_settings(), client=job.connection)
+            recover_turn(
+                deps, payload, dead_job=job.id, why=f"worker process died (exit {ret_val})"
+            )
+        return
     if job.origin != SUBAGENTS_QUEUE:
         return
     run_id = _run_of(job)
@@ -135,7 +151,8 @@ def worker_died(deps: Deps, pid: int) -> list[str]:
     session lives on, rather than when the runs' heartbeats expire. A fork-pool horse keeps
     the worker's session; a horse still running (only the worker was killed) goes on
     itself. In the threads pool the process held up to its concurrency of runs, all
-    resumed here. Returns the runs resumed or ended."""
+    resumed here. Its turns go on in new attempts (bot.agent.turn_recover). Returns the runs and turn
+    jobs resumed or ended."""
     ended: list[str] = []
     try:
         jobs = deps.rq.current_jobs(pid=pid, host=socket.gethostname())
@@ -149,12 +166,14 @@ def worker_died(deps: Deps, pid: int) -> list[str]:
             run_id = deps.jobs.current_run_id(job)
             if run_id is not None and recover_run(deps, run_id, dead_job=job.id, why=why).verdict:
                 ended.append(run_id)
-        # Its turns too: RQ fails them now, which frees their threads' lanes, and each
-        # thread hears that its message was not answered.
-        deps.rq.abandon_jobs_of_dead_worker(jobs, now=time.time())
+        # Its turns too: each goes on in a new attempt queued in its thread's lane (or its
+        # thread hears it was lost: bot.agent.turn_recover); RQ fails the dead jobs now,
+        # which frees those lanes for the new attempts.
         for job in jobs:
-            if job.origin == TURNS_QUEUE and job.args and isinstance(job.args[0], dict):
-                commit_turn_lost(deps, TurnJob.model_validate(job.args[0]))
+            payload = _turn_payload(job) if job.origin == TURNS_QUEUE else None
+            if payload is not None and recover_turn(deps, payload, dead_job=job.id, why=why):
+                ended.append(job.id)
+        deps.rq.abandon_jobs_of_dead_worker(jobs, now=time.time())
     except Exception:  # the reaper still ends them when their heartbeats expire
         log.exception("could not end the runs of dead worker pid %s", pid)
         return ended

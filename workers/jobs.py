@@ -122,7 +122,7 @@ def run_turn(payload: dict[str, Any]) -> dict[str, Any]:
     """Main-agent turn for one inbound message (queue ``turns``)."""
     job = TurnJob.model_validate(payload)
     with _worked() as w, job_scope(w.deps, **_turn_scope(job)):
-        text = execute_turn(w.deps, w.model, job, mcp=w.mcp)
+        text = execute_turn(w.deps, w.model, job, mcp=w.mcp, job_id=_job_id())
     return {"session_key": job.session_key, "chars": len(text)}
 
 

@@ -1,5 +1,5 @@
 """Maintenance: the reaper (runs whose worker died go on in a new attempt, or end:
-:mod:`bot.runs.recover`; runs parked for a fan-in or an approval are left alone), approvals nobody answered in time (denied), fan-ins a dead process left
+:mod:`bot.runs.recover`; turns too: :mod:`bot.agent.turn_recover`; runs parked for a fan-in or an approval are left alone), approvals nobody answered in time (denied), fan-ins a dead process left
 (:mod:`bot.runs.join`), the repair of jobs RQ lost (queued
 in no queue, or holding a concurrency slot for nobody: :mod:`workers.repair`), hard-stop
 re-sends and the archiver.
@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from rq.job import JobStatus
 
+from bot.agent.turn_recover import reap_turns
 from bot.deps import Deps
 from bot.observe import record as observed
 from bot.runs.approval_gate import expire_due
@@ -133,6 +134,7 @@ def sweep(deps: Deps, *, steady: Callable[[], float] | None = None) -> None:
     judge_liveness = steady is None or steady() >= stale
     if judge_liveness:
         reap(deps)
+        reap_turns(deps)  # turns whose lease lapsed go on in a new attempt
         stop_orphans(deps)
         seal_abandoned(deps)
     dispatch_due(deps)

@@ -7,7 +7,10 @@ update are written in one transaction, so a turn is either fully visible or not 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import openai
@@ -16,8 +19,9 @@ from rq.timeouts import BaseTimeoutException, JobTimeoutException
 from bot.agent import policy
 from bot.agent.completion import ChatModel
 from bot.agent.context import ToolContext
-from bot.agent.loop import LoopControl, Meter, run_loop
+from bot.agent.loop import LoopControl, Meter, run_calls, run_loop
 from bot.agent.model_errors import model_error_text
+from bot.agent.resume import PendingStep, pending_step, steps_taken
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools
 from bot.agent.tools import Tool
@@ -51,7 +55,14 @@ FAN_IN_ON = (
 FAN_IN_OFF = "Each subagent announces its result in this thread by itself; do not repeat it."
 STOPPED_IN_MODEL_CALL = f"{Icon.STOPPED} Stopped while waiting for the model."
 TOOK_TOO_LONG = f"{Icon.TIMED_OUT} That took too long, so I stopped."
-WORKER_DIED = f"{Icon.WARNING} The worker answering this stopped working. Please send it again."
+
+
+def turn_lost_line(deaths: int) -> str:
+    """The answer of a turn not run again after its worker died ``deaths`` times (pure)."""
+    return (
+        f"{Icon.WARNING} I lost this answer: the worker died {deaths} "
+        f"time{'s' if deaths != 1 else ''}. Please send it again."
+    )
 
 
 def main_agent_tools(
@@ -72,19 +83,58 @@ def system_prompt(settings: Settings, agent_id: str) -> str:
     return DEFAULT_SYSTEM_PROMPT.format(fan_in=fan_in)
 
 
-def execute_turn(deps: Deps, model: ChatModel, job: TurnJob, *, mcp: McpPool | None = None) -> str:
+def execute_turn(
+    deps: Deps, model: ChatModel, job: TurnJob, *, mcp: McpPool | None = None, job_id: str = ""
+) -> str:
     """Run the turn and queue its reply; returns the reply text ("" for a continuation
-    that was cancelled or already ran). ``mcp``: the worker's MCP connections (none: no
-    MCP tools)."""
+    that was cancelled or already ran, or a job that is no longer the turn's attempt).
+    ``mcp``: the worker's MCP connections (none: no MCP tools). ``job_id``: the RQ job
+    executing it (its lease and in-flight entry name it; docs/architecture.md, "Resume
+    after a crash").
+
+    A later attempt (``job.attempt`` > 1: an earlier one lost its worker) goes on from what
+    the earlier ones recorded: their user message and steps, the tool call that was in
+    flight answered as interrupted unless its tool is safe to repeat."""
     thread = ThreadRef.from_json(job.thread)
-    history = deps.history.load(job.session_key)
-    user_message = _user_message(deps, job, history)
-    if user_message is None:
+    job_id = job_id or f"local-{job.message_id}"
+    if job.attempt == 1:  # before it is in flight: an old /stop never stops its next attempt
+        deps.stops.clear_turn_stop(job.session_key)
+    recorded = deps.turn_attempts.begin(
+        job.reply_key,
+        job_id=job_id,
+        attempt=job.attempt,
+        payload=job.model_dump(mode="json"),
+        lease_seconds=deps.settings.subagents.stale_after_seconds,
+    )
+    if recorded is None:
+        log.info("turn %s: job %s is not its attempt any more", job.reply_key, job_id)
         return ""
+    with turn_lease(deps, job.reply_key, job_id):
+        return _execute(deps, model, job, thread, recorded, mcp)
+
+
+def _execute(
+    deps: Deps,
+    model: ChatModel,
+    job: TurnJob,
+    thread: ThreadRef,
+    recorded: list[dict[str, Any]],
+    mcp: McpPool | None,
+) -> str:
+    history = deps.history.load(job.session_key)
+    user_message = recorded[0] if recorded else None
+    if user_message is None:
+        user_message = _user_message(deps, job, history)
+        if user_message is None:
+            deps.turn_attempts.finish(job.reply_key)
+            return ""
+        deps.turn_attempts.record(job.reply_key, [user_message], first=True)
+    steps = recorded[1:]
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt(deps.settings, job.agent_id)},
         *history,
         user_message,
+        *steps,
     ]
     plan = plan_join(deps.settings, job)
     ctx = ToolContext(
@@ -98,23 +148,47 @@ def execute_turn(deps: Deps, model: ChatModel, job: TurnJob, *, mcp: McpPool | N
         chain_exhausted=chain_exhausted(deps.settings, job),
         turn_message=str(user_message.get("content") or "") if job.kind == "message" else "",
     )
-    deps.stops.clear_turn_stop(job.session_key)
     try:
-        text = _answer(deps, model, job, messages, ctx, mcp)
+        text = _answer(deps, model, job, messages, ctx, mcp, steps=steps)
         _commit(deps, job, thread, user_message, text)
     finally:
         _seal(deps, plan)
     return text
 
 
+@contextmanager
+def turn_lease(deps: Deps, reply_key: str, job_id: str) -> Iterator[None]:
+    """Refresh the turn's lease every ``heartbeat_seconds`` while the body runs (one small
+    daemon thread; a lapsed lease tells the reaper this turn's worker is gone)."""
+    sub = deps.settings.subagents
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(sub.heartbeat_seconds):
+            try:
+                deps.turn_attempts.beat(reply_key, job_id, lease_seconds=sub.stale_after_seconds)
+            except Exception:  # Redis away: the next beat tries again
+                log.debug("turn lease of %s not refreshed", reply_key, exc_info=True)
+
+    thread = threading.Thread(target=beat, name=f"lease-{job_id[:16]}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=sub.heartbeat_seconds + 1)
+
+
 def _user_message(deps: Deps, job: TurnJob, history: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The turn's new message: the person's, or a continuation's fan-in prompt (None when
-    the continuation was cancelled by ``/stop`` or another worker already runs it)."""
+    the continuation was cancelled by ``/stop`` or another worker already runs it). A later
+    attempt whose earlier one died before recording it does not start the join again (it
+    started already: a second start says no)."""
     if job.kind == "message":
         speaker = job.sender_name or job.sender_id
         return {"role": "user", "content": f"{speaker}: {job.text}"}
     join = deps.joins.get(job.join_id)
-    if join is None or not deps.joins.start(job.join_id):
+    if join is None or (job.attempt == 1 and not deps.joins.start(job.join_id)):
         log.info("continuation %s not started: cancelled or already running", job.join_id)
         return None
     return {"role": "user", "content": continuation_prompt(deps, join, history)}
@@ -138,11 +212,11 @@ def turn_timed_out(deps: Deps, job: TurnJob) -> None:
     _close(deps, job, TOOK_TOO_LONG)
 
 
-def turn_lost(deps: Deps, job: TurnJob) -> None:
-    """The process running the turn died (threads pool: with its other runs): say so in
-    the thread, in place of the answer (same idempotency key, so an answer that did go out
-    is not followed by this)."""
-    _close(deps, job, WORKER_DIED)
+def turn_lost(deps: Deps, job: TurnJob, *, deaths: int) -> None:
+    """The turn's worker died ``deaths`` times, too often to run it again: say so in the
+    thread, in place of the answer (same idempotency key, so an answer that did go out is
+    not followed by this)."""
+    _close(deps, job, turn_lost_line(deaths))
 
 
 def _close(deps: Deps, job: TurnJob, text: str) -> None:
@@ -161,6 +235,8 @@ def _answer(
     messages: list[dict[str, Any]],
     ctx: ToolContext,
     mcp: McpPool | None,
+    *,
+    steps: list[dict[str, Any]],
 ) -> str:
     meter = Meter()
 
@@ -173,17 +249,28 @@ def _answer(
         return over
     guard = turn_guard(deps, session_key=job.session_key, user=ctx.requester, checkpoint=checkpoint)
     agent = deps.settings.agent(job.agent_id)
+    tools = main_agent_tools(deps.settings, job.agent_id, mcp=mcp)
+    control = LoopControl(
+        checkpoint=checkpoint,
+        budget=guard,
+        record=lambda message: deps.turn_attempts.record(job.reply_key, [message]),
+    )
+    max_tool_chars = deps.settings.subagents.max_result_chars
     try:
+        pending = _pending(tools, steps)
+        if pending.answer_seen:  # it had answered; only its commit was lost
+            return pending.answered.strip() or "(no answer)"
+        _finish_step(pending, tools, ctx, messages, meter, control, max_tool_chars)
         result = run_loop(
             model=model,
             model_name=agent.model or deps.settings.openai.model,
             messages=messages,
-            tools=main_agent_tools(deps.settings, job.agent_id, mcp=mcp),
+            tools=tools,
             ctx=ctx,
-            max_steps=deps.settings.openai.max_steps,
+            max_steps=max(1, deps.settings.openai.max_steps - steps_taken(steps)),
             meter=meter,
-            control=LoopControl(checkpoint=checkpoint, budget=guard),
-            max_tool_chars=deps.settings.subagents.max_result_chars,
+            control=control,
+            max_tool_chars=max_tool_chars,
         )
     except BudgetExceeded as exc:
         return _with_spawns(str(exc), ctx)
@@ -204,6 +291,40 @@ def _answer(
     if not result.complete:
         text += f"\n\n_(stopped after {meter.steps} steps)_"
     return text
+
+
+def _pending(tools: list[Tool], steps: list[dict[str, Any]]) -> PendingStep:
+    """What an earlier attempt left unfinished in its last step (nothing for a first)."""
+    safe = {t.name for t in tools if t.repeat_safe}
+    return pending_step(steps, repeat_safe=lambda name: name in safe)
+
+
+def _finish_step(
+    pending: PendingStep,
+    tools: list[Tool],
+    ctx: ToolContext,
+    messages: list[dict[str, Any]],
+    meter: Meter,
+    control: LoopControl,
+    max_tool_chars: int,
+) -> None:
+    """Complete the step an earlier attempt was in when its worker died: the call in
+    flight answered as interrupted (or run again if safe), the calls after it run."""
+    for note in pending.interrupted:
+        messages.append(note)
+        control.record(note)
+    if pending.names:
+        log.warning("turn resumed: the call to %s was interrupted", ", ".join(pending.names))
+    if pending.calls:
+        run_calls(
+            pending.calls,
+            tools=tools,
+            ctx=ctx,
+            messages=messages,
+            meter=meter,
+            control=control,
+            max_tool_chars=max_tool_chars,
+        )
 
 
 def _aborted(deps: Deps, job: TurnJob, ctx: ToolContext) -> str:
@@ -244,5 +365,6 @@ def _commit(
     with deps.connection.batch() as pipe:
         deps.history.append(job.session_key, *entries, pipe=pipe)
         deps.outbox.put(reply, pipe=pipe)
+        deps.turn_attempts.finish(job.reply_key, pipe=pipe)  # answered: never run again
         pipe.execute()
     log.info("turn in %s answered at %.3f", job.session_key, time.time())

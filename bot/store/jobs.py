@@ -82,6 +82,9 @@ class TurnJob(BaseModel):
     chain: int = Field(0, ge=0)
     """How many continuation rounds led to this turn since the user's message (0: it is
     the user's message)."""
+    attempt: int = Field(1, ge=1)
+    """Which attempt at the turn this job is: 1, or more when earlier attempts lost their
+    worker (:mod:`bot.store.turn_attempts`; absent from older payloads: 1)."""
 
     @property
     def reply_key(self) -> str:

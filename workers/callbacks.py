@@ -7,6 +7,7 @@ hard stop, crash). Finalize is idempotent, so a repeat is harmless.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import socket
@@ -96,7 +97,12 @@ def horse_killed(job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
     """The work horse died (SIGKILL, OOM...): ``on_failure`` will not fire, so its run
     goes on in a new attempt (or ends) here (bot.runs.recover); its turn too
     (bot.agent.turn_recover: the new attempt waits in the turn's lane, which RQ's failure
-    handling of this job frees right after)."""
+    handling of this job frees right after). A horse RQ's monitor killed past its hard
+    time limit (a minute after it, where the horse's own limit could not act) ends as a
+    timeout instead: a new attempt would only take too long again."""
+    if _past_hard_limit(job):
+        _hard_limit_reached(job)
+        return
     if job.origin == TURNS_QUEUE:
         payload = _turn_payload(job)
         if payload is not None:
@@ -112,6 +118,28 @@ def horse_killed(job: Job, retpid: int, ret_val: int, rusage: Any) -> None:
     log.warning("work horse for run %s died (status %s)", run_id, ret_val)
     deps = Deps.build(load_settings(), client=job.connection)
     recover_run(deps, run_id, dead_job=job.id, why=f"worker process died (exit {ret_val})")
+
+
+def _past_hard_limit(job: Job) -> bool:
+    """Whether ``job`` ran longer than its RQ time limit (its horse was killed for it)."""
+    started = job.started_at
+    if started is None or job.timeout is None or job.timeout < 0:
+        return False
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=datetime.UTC)  # RQ stores UTC without saying so
+    return (datetime.datetime.now(datetime.UTC) - started).total_seconds() > job.timeout
+
+
+def _hard_limit_reached(job: Job) -> None:
+    log.warning("work horse for job %s killed past its time limit", job.id)
+    deps = Deps.build(load_settings(), client=job.connection)
+    if job.origin == SUBAGENTS_QUEUE:
+        _end(deps, _run_of(job), RunStatus.TIMEOUT, "job time limit reached (hard limit)",
+             job_id=job.id)  # fmt: skip
+        return
+    payload = _turn_payload(job)
+    if job.origin == TURNS_QUEUE and payload is not None:
+        commit_turn_timed_out(deps, TurnJob.model_validate(payload))
 
 
 def fence_job(worker: Any, job: Job, execution: Any, deps: Deps, *, abort: Abort) -> None:

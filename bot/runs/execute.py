@@ -33,6 +33,7 @@ from bot.runs.finalize import finalize_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import out_snapshot
 from bot.runs.progress_lines import save_tool_count, step_event
+from bot.runs.recover import resumed_line
 from bot.runs.stall import stall_watch
 from bot.runs.steer_receipts import read_inbox
 from bot.steps import LoopControl, Message, Meter, RunBody
@@ -113,7 +114,9 @@ def execute_run(
 def _meter(record: RunRecord, start: RunStart) -> Meter:
     """The meter a run's job starts with: a resumed run goes on counting its tokens; the
     next attempt after a lost worker also keeps its tool count, its last text and its
-    clock (the run's timeout counts from its first start)."""
+    clock (the run's timeout counts from its first start), and its card says it was
+    resumed while it works (a standing note: the recovery's own progress line is replaced
+    by the next step's within the gateway's edit interval)."""
     if not record.resuming:
         return Meter(usage=record.usage)
     first = record.started_at or record.created_at
@@ -122,6 +125,7 @@ def _meter(record: RunRecord, start: RunStart) -> Meter:
         tool_calls=start.tools,
         last_text=record.result,
         started=time.monotonic() - max(0.0, time.time() - first),
+        note=resumed_line(record.resumes),
     )
 
 

@@ -146,6 +146,7 @@ def test_one_death_too_many_ends_the_run_unknown(redis_url: str) -> None:
         after = deps.runs.get(record.run_id)
         assert after is not None and after.status is RunStatus.UNKNOWN
         assert after.notes == exhausted_note(2) == "its worker died 2 times; not resumed again"
+        assert exhausted_note(1) == "its worker died 1 time; not resumed again"
         assert queued_jobs(deps) == [] and len(announces(deps)) == 1
     finally:
         deps.close()

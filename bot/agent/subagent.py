@@ -244,6 +244,8 @@ def _lost_step(
         what = pending.repeated and f"{pending.repeated} runs again"
         what = what or f"{', '.join(pending.names)} reported as interrupted"
         log.warning("run %s goes on after a lost worker: %s", record.run_id, what)
+    if pending.repeated:  # counted when it started; it counts once, however often it runs
+        meter.tool_calls = max(0, meter.tool_calls - 1)
     limit = deps.settings.subagents.max_result_chars
     calls = list(pending.calls)
     approved = _approved(deps, record, calls[0]) if pending.repeated else None

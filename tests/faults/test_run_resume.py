@@ -128,6 +128,8 @@ async def test_a_run_killed_at_each_point_resumes_and_succeeds_once(
     assert "Status: success" in text, text
     assert record.attempt == 2 and len(record.attempt_ends) == 1, record
     assert any(resumed_line(1) in t for t in card_texts(channel)), card_texts(channel)
+    final = [t for t in card_texts(channel) if t.startswith("✅ [")]
+    assert final and "— success (2 tools, " in final[-1], final  # a repeated call counts once
     # The model call in flight is made again, once; every other step's request once.
     in_flight = {"run.in_model_call": 0}.get(point)
     for step, seen in counts.items():

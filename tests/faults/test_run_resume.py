@@ -349,3 +349,26 @@ async def test_a_parent_killed_after_spawning_waits_for_its_child_in_the_next_at
     assert "combined ['success']" in channel.announces[0].text
     assert len(channel.announces) == 1
     assert any(INTERRUPTED in tool_results(r) for r in lead_requests)
+
+
+async def test_a_resumed_run_can_be_stopped(redis_url: str) -> None:
+    """A stop reaches the attempt that executes the run now (its recovery job)."""
+    model = spawner(["hang twice"], lambda r: Hang(60))
+    async with FakeOpenAI(model, models=["fake-model"]) as fake:
+        channel = MemoryChannel()
+        values = stack_values(redis_url, fake.base_url)
+        async with Stack(values=values, adapters=[channel], workers=1) as stack:
+            await channel.say("go")
+            runs = registry(redis_url)
+            await stack.wait_for(lambda: fake.in_flight == 1, timeout=30)
+            await stack.wait_for(lambda: len(stack.pool.run_pids()) == 1, timeout=10)
+            os.kill(stack.pool.run_pids()[0], signal.SIGKILL)
+            await stack.wait_for(lambda: [r.attempt for r in runs.all()] == [2], timeout=20)
+            await stack.wait_for(lambda: len(sub_requests(fake)) == 2, timeout=20)
+            await channel.say("/subagents stop 1")
+            await stack.wait_for(lambda: len(channel.announces) == 1, timeout=30)
+            await stack.wait_for(lambda: fake.in_flight == 0, timeout=20)  # its call ended
+            await asyncio.sleep(1.0)
+    [record] = records(redis_url)
+    assert record.status is RunStatus.STOPPED and record.attempt == 2, record
+    assert len(channel.announces) == 1 and "Status: stopped" in channel.announces[0].text

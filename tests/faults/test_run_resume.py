@@ -372,3 +372,24 @@ async def test_a_resumed_run_can_be_stopped(redis_url: str) -> None:
     [record] = records(redis_url)
     assert record.status is RunStatus.STOPPED and record.attempt == 2, record
     assert len(channel.announces) == 1 and "Status: stopped" in channel.announces[0].text
+
+
+async def test_a_resumed_run_s_timeout_counts_from_its_first_start(redis_url: str) -> None:
+    model = spawner(["slow"], lambda r: Hang(60), runTimeoutSeconds=8)
+    async with FakeOpenAI(model, models=["fake-model"]) as fake:
+        channel = MemoryChannel()
+        values = stack_values(redis_url, fake.base_url)
+        async with Stack(values=values, adapters=[channel], workers=1) as stack:
+            await channel.say("go")
+            runs = registry(redis_url)
+            await stack.wait_for(lambda: fake.in_flight == 1, timeout=30)
+            await stack.wait_for(lambda: len(stack.pool.run_pids()) == 1, timeout=10)
+            await asyncio.sleep(3.0)
+            os.kill(stack.pool.run_pids()[0], signal.SIGKILL)
+            await stack.wait_for(lambda: [r.attempt for r in runs.all()] == [2], timeout=20)
+            await stack.wait_for(lambda: len(channel.announces) == 1, timeout=30)
+    [record] = records(redis_url)
+    assert record.status is RunStatus.TIMEOUT and record.attempt == 2, record
+    assert record.started_at is not None and record.ended_at is not None
+    took = record.ended_at - record.started_at
+    assert 7.5 <= took < 12, f"it timed out {took:.1f}s after its first start (limit 8s)"

@@ -244,10 +244,29 @@ def _lost_step(
         what = pending.repeated and f"{pending.repeated} runs again"
         what = what or f"{', '.join(pending.names)} reported as interrupted"
         log.warning("run %s goes on after a lost worker: %s", record.run_id, what)
+    if pending.repeated:  # counted when it started; it counts once, however often it runs
+        meter.tool_calls = max(0, meter.tool_calls - 1)
     limit = deps.settings.subagents.max_result_chars
-    run_calls(pending.calls, tools=tools, ctx=ctx, messages=messages, meter=meter,
+    calls = list(pending.calls)
+    approved = _approved(deps, record, calls[0]) if pending.repeated else None
+    if approved is not None:  # a person approved it: it runs again, not asked again
+        run_calls([approved], tools=tools, ctx=ctx, messages=messages, meter=meter,
+                  control=control, max_tool_chars=limit)  # fmt: skip
+        calls = calls[1:]
+    run_calls(calls, tools=tools, ctx=ctx, messages=messages, meter=meter,
               control=control, max_tool_chars=limit, gate=gate)  # fmt: skip
     return None
+
+
+def _approved(deps: Deps, record: RunRecord, call: ToolCallRequest) -> ToolCallRequest | None:
+    """``call``, with the arguments a person approved, if the run's approval decided it
+    (the lost attempt was the approval's resume job); None otherwise."""
+    approval = deps.approvals.get(record.approval_id) if record.approval_id else None
+    if approval is None or approval.state is not ApprovalState.APPROVED:
+        return None
+    if approval.call.id != call.id:
+        return None
+    return ToolCallRequest(id=call.id, name=call.name, arguments=approval.arguments)
 
 
 NEST = frozenset({"sessions_spawn"})

@@ -88,7 +88,9 @@ async def _with_processes(
         tg=tg,
         log_dir=config.log_dir,
         log_level="WARNING",
-        subagents={"max_concurrent": config.workers},
+        # The kill phase times how soon a dead worker's runs are noticed: they end unknown
+        # there (the same noticers and script as a resume: bot.runs.recover), not resume.
+        subagents={"max_concurrent": config.workers, "max_resumes": 0},
     )
     env = hermetic_env(values)
     deps = Deps.build(Settings(**values))

@@ -123,7 +123,9 @@ SUPERSEDED = "superseded"
 def _meter(record: RunRecord, start: RunStart) -> Meter:
     """The meter a run's job starts with: a resumed run goes on counting its tokens; the
     next attempt after a lost worker also keeps its tool count, its last text and its
-    clock (the run's timeout counts from its first start)."""
+    clock (the run's timeout counts from its first start), and its card says it was
+    resumed while it works (a standing note: the recovery's own progress line is replaced
+    by the next step's within the gateway's edit interval)."""
     if not record.resuming:
         return Meter(usage=record.usage)
     first = record.started_at or record.created_at
@@ -132,7 +134,7 @@ def _meter(record: RunRecord, start: RunStart) -> Meter:
         tool_calls=start.tools,
         last_text=record.result,
         started=time.monotonic() - max(0.0, time.time() - first),
-        note=resumed_line(record.attempt - 1),  # stays on its card
+        note=resumed_line(record.resumes),  # stays on its card
     )
 
 

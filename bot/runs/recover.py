@@ -34,7 +34,7 @@ def resumed_line(resumes: int) -> str:
 
 def exhausted_note(deaths: int) -> str:
     """The note of a run not resumed again (pure)."""
-    return f"its worker died {deaths} times; not resumed again"
+    return f"its worker died {deaths} time{'' if deaths == 1 else 's'}; not resumed again"
 
 
 def recover_run(deps: Deps, run_id: str, *, dead_job: str, why: str) -> Recovery:

@@ -62,6 +62,8 @@ class WorkerPool:
         log_path: Where their output goes.
         cwd: Working directory (import root for plug-in tools).
         args: More ``fanbot worker`` options (e.g. ``["--metrics-port", "9100"]``).
+        failpoints: ``FANBOT_FAILPOINTS`` for these processes (see :mod:`bot.failpoints`;
+            use ``!<path>`` entries, or the launcher, which reads them too, may hit them).
     """
 
     def __init__(
@@ -72,8 +74,11 @@ class WorkerPool:
         log_path: Path,
         cwd: Path | None = None,
         args: Sequence[str] = (),
+        failpoints: str = "",
     ) -> None:
         self.env = dict(env)
+        if failpoints:
+            self.env["FANBOT_FAILPOINTS"] = failpoints
         workers = json.loads(self.env.get("FANBOT_WORKERS") or "{}")
         workers.setdefault("pool", Stack.default_pool)  # as a Stack's workers
         self.env["FANBOT_WORKERS"] = json.dumps(workers)
@@ -250,6 +255,7 @@ class Stack:
         pool: The workers' pool, ``fork`` or ``threads`` (``workers.pool`` in ``values``
             wins; default :attr:`default_pool`, fanbot's own default, which a test suite
             may set to run the same tests under both pools).
+        failpoints: ``FANBOT_FAILPOINTS`` for the workers (:class:`WorkerPool`).
     """
 
     default_pool: str = "threads"
@@ -263,6 +269,7 @@ class Stack:
         router: CommandRouter | None = None,
         log_dir: Path | None = None,
         pool: str | None = None,
+        failpoints: str = "",
     ) -> None:
         self.values = dict(values)
         worker_settings = dict(self.values.get("workers") or {})
@@ -280,6 +287,7 @@ class Stack:
             count=workers,
             log_path=self.log_dir / "workers.log",
             cwd=Path.cwd(),
+            failpoints=failpoints,
         )
         self.workers = workers
         self.gateway: Gateway | None = None

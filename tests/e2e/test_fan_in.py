@@ -136,7 +136,8 @@ async def test_one_continuation_after_success_error_stop_and_a_killed_worker(
         values = fan_in_values(
             redis_url,
             fake.base_url,
-            subagents={"stale_after_seconds": 60},
+            # A killed worker's run is not resumed here: it ends unknown.
+            subagents={"stale_after_seconds": 60, "max_resumes": 0},
             workers={"concurrency": 1},  # threads pool: killing a process kills one run
         )
         registry = RunsRegistry(redis=redis.Redis.from_url(redis_url), keys=Keys())

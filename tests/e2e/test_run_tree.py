@@ -1,5 +1,5 @@
 """Run trees on forked workers: orchestrators park while their children run and resume
-with the results; only the root announces; a stop cascades; a killed child is reported."""
+with the results; only the root announces; a stop cascades; a killed child is resumed."""
 
 from __future__ import annotations
 
@@ -141,10 +141,16 @@ async def test_stopping_the_root_stops_the_whole_tree_and_nothing_announces_afte
     assert "its parent #" in leaf.notes and "was stopped" in leaf.notes
 
 
-async def test_a_killed_child_under_a_depth_two_parent_is_reported_up_the_tree(
+async def test_a_killed_child_under_a_depth_two_parent_is_resumed_and_reported_up_the_tree(
     redis_url: str,
 ) -> None:
-    model = tree_model(lambda r: Hang(60), fan=1)
+    asked: list[ChatRequest] = []
+
+    def leaf(request: ChatRequest) -> Reply:
+        asked.append(request)
+        return Hang(60) if len(asked) == 1 else Text("leaf done")
+
+    model = tree_model(leaf, fan=1)
     async with FakeOpenAI(model, models=["fake-model"]) as fake:
         channel = MemoryChannel()
         runs = registry(redis_url)
@@ -156,6 +162,6 @@ async def test_a_killed_child_under_a_depth_two_parent_is_reported_up_the_tree(
             os.kill(horse, signal.SIGKILL)
             await stack.wait_for(lambda: len(channel.announces) == 1, timeout=30)
     records = by_label(runs)
-    assert records["L3.0"].status is RunStatus.UNKNOWN
-    assert records["L2.0"].result == "combined ['unknown']"
+    assert records["L3.0"].status is RunStatus.SUCCESS and records["L3.0"].attempt == 2
+    assert records["L2.0"].result == "combined ['success']"
     assert "combined ['success']" in channel.announces[0].text

@@ -48,6 +48,7 @@ def snapshot(url: str) -> dict[str, object]:
         history = [k for k in client.scan_iter(f"{keys.prefix}session:*:history")]
         return {
             "runs": {r.run_id: r.status for r in records},
+            "attempts": sorted({r.attempt for r in records}),
             "history": sum(client.llen(k) for k in history),  # type: ignore[misc]
             "outbox": client.xlen(keys.outbox),
         }
@@ -66,7 +67,7 @@ async def test_redis_sigkilled_and_restarted_mid_flight_loses_nothing(tmp_path: 
         async with FakeOpenAI(model(), models=["fake-model"]) as fake:
             channel = MemoryChannel()
             # Shipped heartbeat timers: a run must not be declared dead over a Redis restart.
-            timers = {"heartbeat_seconds": 2.0, "stale_after_seconds": 10.0}
+            timers = {"heartbeat_seconds": 1.0, "stale_after_seconds": 4.0}
             values = stack_values(server.url, fake.base_url, subagents=timers)
             async with Stack(values=values, adapters=[channel], workers=2) as stack:
                 await channel.say("fan out")
@@ -92,6 +93,7 @@ async def test_redis_sigkilled_and_restarted_mid_flight_loses_nothing(tmp_path: 
     assert set(before["runs"]) <= set(after["runs"])  # type: ignore[arg-type]
     assert list(after["runs"].values()) == [RunStatus.SUCCESS] * 2 * len(TASKS)  # type: ignore[attr-defined]
     assert after["history"] >= before["history"]  # type: ignore[operator]
+    assert after["attempts"] == [1]  # no live run was taken for lost and resumed
     posted = [(a.thread, a.text) for a in channel.announces]
     assert len(posted) == len(set(posted)) == 2 * len(TASKS)  # each once
     assert all("Status: success" in text for _, text in posted)

@@ -111,7 +111,7 @@ def end_run(
     # never to the thread or the requester's history.
     skip = quiet or record.depth > 1
     files, file_notes = ((), []) if skip else announce_files(deps, record, seen=seen)
-    notes = _notes(record, "\n".join([notes.strip(), *file_notes]))
+    notes = _notes(record, status, "\n".join([notes.strip(), *file_notes]))
     outcome = Finalization(
         status=status,
         result=text,
@@ -157,9 +157,9 @@ def end_run(
     return bool(ended.code)
 
 
-def _notes(record: RunRecord, notes: str) -> str:
+def _notes(record: RunRecord, status: RunStatus, notes: str) -> str:
     parts = [notes.strip()] if notes.strip() else []
-    if record.resumes:  # its stats count every attempt
+    if record.resumes and status is not RunStatus.UNKNOWN:  # unknown: its notes say why
         parts.append(f"resumed after a worker was lost ({record.resumes}×)")
     parts += [f"warning: {w}" for w in record.warnings]
     return "\n".join(parts)

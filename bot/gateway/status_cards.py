@@ -58,13 +58,17 @@ def status_text(
         ✅ [explore] Subagent #2 "Research" — success (8 tools, 5.1s)
 
     The tally is left out while the run has not counted anything (``tools`` or
-    ``elapsed`` None). A ``note`` (a budget warning) follows a working run's line.
+    ``elapsed`` None). A ``note`` follows a working run's line: a budget warning gets the
+    warning icon; a note that starts with an icon of its own (``↻ resumed after a worker
+    was lost (1×)``) keeps it.
     """
     counts = None if tools is None or elapsed is None else tally(tools, elapsed)
     if final:
         return f"{icon(text)} {title} — {text}" + (f" ({counts})" if counts else "")
     line = f"{Icon.WORKING} {title} — {text}" + (f" · {counts}" if counts else "")
-    return line + (f" · {Icon.WARNING} {note}" if note else "")
+    if not note:
+        return line
+    return line + (f" · {Icon.WARNING} {note}" if note[0].isalnum() else f" · {note}")
 
 
 def quiet_text(title: str) -> str:

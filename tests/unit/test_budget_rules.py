@@ -129,6 +129,10 @@ def test_the_status_card_shows_the_budget_warning_while_the_run_works() -> None:
     note = "budget: 80 % of the run's 10k tokens used; finish up"
     assert status_text("#1 x", "step 3", final=False, note=note) == f"⏳ #1 x — step 3 · ⚠️ {note}"
     assert status_text("#1 x", "stopped", final=True, note=note) == "⏹️ #1 x — stopped"
+    resumed = "↻ resumed after a worker was lost (1×)"  # a note with its own icon keeps it
+    assert (
+        status_text("#1 x", "step 3", final=False, note=resumed) == f"⏳ #1 x — step 3 · {resumed}"
+    )
     thread = ThreadRef(platform="console", account="a", chat="c")
     fields = {"run_id": "r", "thread": '{"platform": "console", "account": "a", "chat": "c"}'}
     assert decode({**fields, "note": note}) == ProgressEvent(

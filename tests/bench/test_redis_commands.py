@@ -6,11 +6,15 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 import redis
 
 from bot.bench import redis_commands
 from bot.bench.redis_commands import Window
+from bot.redis.server import RedisServer
 
 
 def test_a_window_counts_every_command_but_its_own_info(rconn: redis.Redis) -> None:
@@ -46,12 +50,21 @@ def test_subcommands_keep_their_names(rconn: redis.Redis) -> None:
     assert window.calls == Counter({"client|list" if version >= (7, 0) else "client": 1})
 
 
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[str]:
+    """A server of this test's own: the session's may still hear from an earlier test's
+    daemon threads, which the idle window would count as this test's idle rate."""
+    with RedisServer(data_dir=tmp_path, appendonly=False) as server:
+        yield server.url
+
+
 def test_other_clients_traffic_is_counted_and_the_idle_rate_taken_out(
-    rconn: redis.Redis, redis_url: str
+    private_redis: str,
 ) -> None:
     """Another client pings at a steady rate meanwhile; per unit, what the work itself sent
     is left once the idle window's pings (scaled to the work's length) are subtracted."""
-    other = redis.Redis.from_url(redis_url)
+    rconn = redis.Redis.from_url(private_redis)
+    other = redis.Redis.from_url(private_redis)
     stop = threading.Event()
 
     def ping() -> None:
@@ -74,6 +87,7 @@ def test_other_clients_traffic_is_counted_and_the_idle_rate_taken_out(
         stop.set()
         pinger.join()
         other.close()
+        rconn.close()
     assert idle.calls["ping"] > 20 and window.calls["ping"] > 20
     costs = redis_commands.per_unit(window, idle, units=10)
     assert costs["incrby"] == 1.0 and costs["expire"] == 1.0

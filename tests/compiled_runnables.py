@@ -101,3 +101,18 @@ def spin(state: State) -> State:
     while not RELEASE.is_set():
         n += 1
     return _answer(state, f"spun {n}")
+
+
+def crash_once(state: State) -> State:
+    """Kills its own process the first time (its task names a marker file it creates), and
+    answers with how many times it began: a resumed run restarts it from its beginning."""
+    import os
+    import signal
+    from pathlib import Path
+
+    marker = Path(_last(state).split()[-1])
+    began = marker.read_text().count("x") + 1 if marker.exists() else 1
+    marker.write_text("x" * began)
+    if began == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _answer(state, f"began {began} times")

@@ -272,3 +272,31 @@ async def test_a_resumed_run_s_timeout_counts_from_its_first_start(redis_url: st
     assert record.started_at is not None and record.ended_at is not None
     took = record.ended_at - record.started_at
     assert 7.5 <= took < 12, f"it timed out {took:.1f}s after its first start (limit 8s)"
+
+
+async def test_a_compiled_runnable_starts_again_from_its_beginning(
+    redis_url: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / "began"
+    crashy = {"name": "crashy", "description": "Dies once.",
+              "runnable": "tests.compiled_runnables:crash_once"}  # fmt: skip
+    model = ScriptedModel().on(
+        lambda r: r.has_tool("sessions_spawn"),
+        lambda r: (
+            Text("on it")
+            if r.last_role == "tool"
+            else ToolCalls(
+                [Call("sessions_spawn", {"task": f"run {marker}", "subagent_type": "crashy"})]
+            )
+        ),
+    )
+    async with FakeOpenAI(model, models=["fake-model"]) as fake:
+        channel = MemoryChannel()
+        values = stack_values(redis_url, fake.base_url, subagent_types=[crashy])
+        async with Stack(values=values, adapters=[channel], workers=1) as stack:
+            await channel.say("go")
+            await stack.wait_for(lambda: len(channel.announces) == 1, timeout=60)
+            [record] = records(redis_url)
+    text = channel.announces[0].text
+    assert "Status: success" in text and "Result: began 2 times" in text, text
+    assert record.attempt == 2 and marker.read_text() == "xx"

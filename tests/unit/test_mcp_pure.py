@@ -179,3 +179,20 @@ def test_credentials_stay_out_of_the_file(monkeypatch: pytest.MonkeyPatch, clean
     monkeypatch.setenv("FANBOT_MCP__SERVERS__CALC__ENV", '{"TOKEN": "t"}')
     server = load_settings().mcp.servers["calc"]
     assert server.command == ["calc"] and server.env["TOKEN"].get_secret_value() == "t"
+
+
+def test_an_mcp_tool_marked_read_only_or_idempotent_is_safe_to_repeat() -> None:
+    """A call in flight when its worker was lost runs again only for these (bot.agent.resume)."""
+    from mcp import types
+
+    from bot.agent.tools.mcp import _repeat_safe
+
+    def tool(**hints: bool) -> types.Tool:
+        notes = types.ToolAnnotations(**hints) if hints else None
+        return types.Tool(name="t", input_schema={"type": "object"}, annotations=notes)
+
+    assert _repeat_safe(tool(read_only_hint=True))
+    assert _repeat_safe(tool(idempotent_hint=True))
+    assert not _repeat_safe(tool(destructive_hint=True))
+    assert not _repeat_safe(tool(read_only_hint=False))
+    assert not _repeat_safe(tool())

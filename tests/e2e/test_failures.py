@@ -116,7 +116,11 @@ async def test_a_tool_inside_the_loop_does_not_swallow_the_job_timeout(redis_url
     assert record is not None and record.status is RunStatus.TIMEOUT
 
 
-async def _run_until_running(stack: Stack, channel: MemoryChannel, redis_url: str) -> RunRecord:
+async def _run_until_running(
+    stack: Stack, channel: MemoryChannel, redis_url: str, fake: FakeOpenAI | None = None
+) -> RunRecord:
+    """Until the run executes (and, with ``fake``, its first model call is in flight: a
+    kill before it would leave the next attempt to make the first call)."""
     await channel.say("go")
     registry = runs(redis_url)
 
@@ -126,6 +130,8 @@ async def _run_until_running(stack: Stack, channel: MemoryChannel, redis_url: st
 
     await stack.wait_for(running, timeout=30)
     await stack.wait_for(lambda: bool(stack.pool.run_pids()), timeout=10)
+    if fake is not None:
+        await stack.wait_for(lambda: any(is_subagent(r.chat) for r in fake.requests), timeout=10)
     record = only_run(registry)
     assert record is not None
     return record
@@ -151,7 +157,7 @@ async def test_sigkilled_worker_host_is_resumed_via_the_reaper(
         channel = MemoryChannel()
         values = stack_values(redis_url, fake.base_url)
         async with Stack(values=values, adapters=[channel], workers=1) as stack:
-            await _run_until_running(stack, channel, redis_url)
+            await _run_until_running(stack, channel, redis_url, fake)
             # Another host's launcher runs the reaper; this host goes whole (its launcher
             # would otherwise resume the run at once: tests/faults/test_worker_faults.py).
             other = WorkerPool(env=hermetic_env(values), count=1, log_path=tmp_path / "b.log")
@@ -177,7 +183,7 @@ async def test_sigkilled_work_horse_is_resumed_via_the_horse_handler(redis_url: 
         channel = MemoryChannel()
         values = stack_values(redis_url, fake.base_url, subagents={"stale_after_seconds": 60})
         async with Stack(values=values, adapters=[channel], workers=1) as stack:
-            await _run_until_running(stack, channel, redis_url)
+            await _run_until_running(stack, channel, redis_url, fake)
             for pid in stack.pool.run_pids():
                 os.kill(pid, signal.SIGKILL)
             await stack.wait_for(lambda: len(channel.announces) == 1, timeout=20)

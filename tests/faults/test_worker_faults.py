@@ -78,8 +78,14 @@ async def test_a_sigkilled_host_s_run_is_resumed_by_the_other_host_and_the_queue
                 await channel.say("go")
                 pools = [stack.pool, other]
                 await stack.wait_for(lambda: running(redis_url), timeout=20)
-                await stack.wait_for(lambda: any(p.run_pids() for p in pools), timeout=10)
-                victim = next(p for p in pools if p.run_pids())
+                picked: list[WorkerPool] = []  # the pool seen busy, by the look that saw it
+
+                def busy() -> bool:
+                    picked[:] = [p for p in pools if p.run_pids()][:1]
+                    return bool(picked)
+
+                await stack.wait_for(busy, timeout=10)
+                victim = picked[0]
                 survivor = other if victim is stack.pool else stack.pool
                 first = next(t for t, s in statuses(redis_url).items() if s is RunStatus.RUNNING)
                 killed.set()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
@@ -25,6 +25,30 @@ end
 redis.call('RPUSH', KEYS[1], unpack(ARGV))
 return {}
 """
+
+
+def bounded(message: Mapping[str, Any], max_chars: int) -> dict[str, Any]:
+    """``message`` with its content and each tool call's arguments cut to ``max_chars``
+    (with a note), so one runaway message cannot make a recorded context unreadable
+    (pure; a run's transcript and a turn's step record both keep messages so)."""
+    entry = dict(message)
+    content = entry.get("content")
+    if isinstance(content, str) and len(content) > max_chars:
+        entry["content"] = clip(content, max_chars)
+    calls = entry.get("tool_calls")
+    if isinstance(calls, list):
+        entry["tool_calls"] = [_bounded_call(c, max_chars) for c in calls]
+    return entry
+
+
+def _bounded_call(call: Any, max_chars: int) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return call
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str) or len(arguments) <= max_chars:
+        return call
+    return {**call, "function": {**function, "arguments": clip(arguments, max_chars)}}
 
 
 class TranscriptStore(RedisOwner):
@@ -57,22 +81,7 @@ class TranscriptStore(RedisOwner):
             (pipe or self.redis).rpush(self.keys.transcript(session_id), *entries)
 
     def _entry(self, message: dict[str, Any]) -> dict[str, Any]:
-        entry = {**message, "ts": round(time.time(), 3)}
-        content = entry.get("content")
-        if isinstance(content, str) and len(content) > self.max_chars:
-            entry["content"] = clip(content, self.max_chars)
-        if entry.get("tool_calls"):
-            entry["tool_calls"] = [self._bounded_call(c) for c in entry["tool_calls"]]
-        return entry
-
-    def _bounded_call(self, call: Any) -> Any:
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
-            return call
-        arguments = function.get("arguments")
-        if not isinstance(arguments, str) or len(arguments) <= self.max_chars:
-            return call
-        return {**call, "function": {**function, "arguments": clip(arguments, self.max_chars)}}
+        return {**bounded(message, self.max_chars), "ts": round(time.time(), 3)}
 
     def context(self, session_id: str) -> list[dict[str, Any]]:
         """The transcript as the model's context again: each message as it was sent,

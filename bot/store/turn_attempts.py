@@ -36,7 +36,7 @@ import redis
 from bot.keys import Keys
 from bot.store import as_text
 from bot.store.owner import Lua, RedisOwner
-from bot.text.clip import clip
+from bot.store.transcripts import bounded
 
 RUNNING = "running"
 QUEUED = "queued"
@@ -194,7 +194,7 @@ class TurnAttempts(RedisOwner):
         if not messages:
             return
         key = self.keys.turn_steps(reply_key)
-        entries = [json.dumps(self._bounded(m)) for m in messages]
+        entries = [json.dumps(bounded(m, self.max_chars)) for m in messages]
         if not first:
             self.redis.rpushx(key, *entries)
             return
@@ -274,25 +274,6 @@ class TurnAttempts(RedisOwner):
 
     def lease_alive(self, reply_key: str) -> bool:
         return bool(self.redis.exists(self.keys.turn_lease(reply_key)))
-
-    def _bounded(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        entry = dict(message)
-        content = entry.get("content")
-        if isinstance(content, str) and len(content) > self.max_chars:
-            entry["content"] = clip(content, self.max_chars)
-        calls = entry.get("tool_calls")
-        if isinstance(calls, list):
-            entry["tool_calls"] = [self._bounded_call(c) for c in calls]
-        return entry
-
-    def _bounded_call(self, call: Any) -> Any:
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
-            return call
-        arguments = function.get("arguments")
-        if not isinstance(arguments, str) or len(arguments) <= self.max_chars:
-            return call
-        return {**call, "function": {**function, "arguments": clip(arguments, self.max_chars)}}
 
 
 def _entry(job_id: str, attempt: int, state: str, since: float, payload: Mapping[str, Any]) -> str:

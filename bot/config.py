@@ -84,6 +84,18 @@ class OpenAISettings(_Section):
         description="A streamed reply (or tool-call arguments) is kept up to this; the rest "
         "is read for its usage and dropped, with a note.",
     )
+    max_requests_per_minute: int | None = Field(
+        None,
+        ge=0,
+        description="Requests per minute to the model endpoint, shared by every worker through "
+        "Redis (0 or unset: no limit).",
+    )
+    max_tokens_per_minute: int | None = Field(
+        None,
+        ge=0,
+        description="Tokens per minute to the model endpoint (estimated before a call, settled "
+        "after), shared by every worker (0 or unset: no limit).",
+    )
 
     @property
     def configured(self) -> bool:

@@ -104,6 +104,7 @@ class LoopControl:
         progress: Called with a short status text after each step and tool call.
         deadline: ``time.monotonic()`` value of the soft deadline.
         budget: Spend limits checked before and settled after each model call.
+        wait: Told what the run waits for (the model's rate limit), ``""`` when it goes on.
     """
 
     checkpoint: Callable[[], None] = _nothing
@@ -112,6 +113,7 @@ class LoopControl:
     progress: Callable[[str], None] = _ignore
     deadline: float | None = None
     budget: CallBudget = NO_BUDGET
+    wait: Callable[[str], None] = _ignore
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()

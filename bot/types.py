@@ -343,6 +343,9 @@ class RunRecord:
     with no job executing it."""
     approval_id: str = ""
     """The approval it is (or was last) parked for; "" when it parked for its children."""
+    waiting: str = ""
+    """What the running run waits for right now ("waiting for the model's rate limit"), ""
+    when nothing."""
     rounds: int = 0
     """Fan-in rounds of its own children it has been through."""
     resume_job: str = ""

@@ -21,6 +21,7 @@ from bot.agent.tools.mcp import McpPool
 from bot.config import Settings
 from bot.deps import Deps
 from bot.redis.connect import connect
+from bot.store.model_limits import ModelLimits
 
 _serving: ContextVar[WorkerContext | None] = ContextVar("fanbot_worker_context", default=None)
 
@@ -48,7 +49,8 @@ class WorkerContext:
         deps = Deps.build(settings, client=connect(settings.redis_url,
                                                    max_connections=redis_connections(settings)))  # fmt: skip
         closing.callback(deps.close)
-        model = OpenAIChatModel(settings=settings.openai)
+        limits = ModelLimits(redis=deps.redis, keys=deps.keys)  # shared by the fleet
+        model = OpenAIChatModel(settings=settings.openai, limits=limits)
         closing.callback(model.close)
         mcp = McpPool()
         closing.callback(mcp.close)

@@ -76,6 +76,8 @@ class CompletionRequest:
         budget: Seconds before the run's deadline: retries only while they fit.
         on_text: Gets the running count of text characters as they stream.
         on_chunk: Called for every piece that arrives (a sign of life).
+        on_wait: Told what the call waits for before it is sent (the model's rate limit),
+            again every few seconds while it waits, and ``""`` when the wait ends.
     """
 
     model: str
@@ -86,6 +88,7 @@ class CompletionRequest:
     budget: float | None = None
     on_text: Callable[[int], None] | None = None
     on_chunk: Callable[[], None] | None = None
+    on_wait: Callable[[str], None] | None = None
 
 
 class ChatModel(Protocol):

@@ -1,7 +1,12 @@
 """The :class:`~bot.agent.completion.ChatModel` on the ``openai`` SDK: one streaming
 chat-completions call, folded into a plain :class:`~bot.agent.completion.Completion`.
 
-The SDK's own bounded retries (``max_retries``, honouring ``Retry-After``) handle 429/5xx.
+The SDK's own bounded retries (``max_retries``, honouring ``Retry-After``) handle 429/5xx
+when the client has no fleet-wide limits. With them (:class:`~bot.store.model_limits.ModelLimits`,
+docs/architecture.md "Fleet-wide model limits") every HTTP attempt, retries included, first
+takes room in the endpoint's shared window, waiting (abortably, never past the run's
+deadline) while there is none; the SDK retries nothing itself, and a 429 pauses every
+caller of the endpoint for its ``Retry-After``.
 What comes back is data: the assistant's text, its tool calls and the token usage.
 
 Memory is bounded by ``max_reply_chars``: text (and each tool call's arguments) past it is
@@ -12,22 +17,42 @@ ends with a note saying how much was dropped.
 from __future__ import annotations
 
 import contextlib
+import email.utils
+import random
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import openai
 
 from bot.agent.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.config import OpenAISettings
 from bot.observe.scope import model_call as observe_model_call
+from bot.runs.budget import estimate
+from bot.store.model_limits import ModelLimits, endpoint_id
 from bot.supervise import abort
 from bot.text.clip import cut_note
 from bot.types import Usage
 
 OFFLINE_BASE_URL_HINT = "no model endpoint configured"
 MAX_NAME_CHARS = 256  # a tool name; real ones are short, a runaway one is cut
+WAITING_FOR_RATE_LIMIT = "waiting for the model's rate limit"
+"""What a call waiting for room in the endpoint's window tells ``on_wait`` (and so the card)."""
+MAX_NAP = 5.0
+"""A waiting call asks again (and tells ``on_wait`` again, a sign of life) at least this often."""
+MAX_PAUSE = 600.0
+"""A ``Retry-After`` longer than this is taken as this."""
+MAX_WAIT = 900.0
+"""A call without a deadline (a main-agent turn) waits at most this long for room."""
+RETRIED_STATUSES = frozenset({408, 409, 429})
+"""Statuses retried (with every 5xx), as the SDK retries them."""
+
+
+class ModelRateLimited(openai.APIError):
+    """The endpoint's shared window (or a 429's pause) leaves no room before the deadline."""
 
 
 def _cutter(stream: Any) -> Callable[[], None]:
@@ -65,6 +90,7 @@ __all__ = [
     "ToolCallRequest",
     "fold_stream",
     "retries_within",
+    "ModelRateLimited",
 ]
 
 
@@ -72,11 +98,13 @@ class OpenAIChatModel:
     """A chat-completions client bound to one endpoint (the production :class:`ChatModel`).
 
     Args:
-        settings: Endpoint, key, timeouts and retry budget.
+        settings: Endpoint, key, timeouts, retry budget and per-minute limits.
+        limits: The fleet-wide limiter (None: calls are not counted, and the SDK retries).
     """
 
-    def __init__(self, *, settings: OpenAISettings) -> None:
+    def __init__(self, *, settings: OpenAISettings, limits: ModelLimits | None = None) -> None:
         self.settings = settings
+        self.limits = limits
         key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
         self.client = openai.OpenAI(
             base_url=settings.base_url,
@@ -126,11 +154,14 @@ class OpenAIChatModel:
             kwargs["max_completion_tokens"] = self.settings.max_output_tokens
         client = self.client
         retries = retries_within(request.budget, kwargs["timeout"], self.settings.max_retries)
-        if retries != self.settings.max_retries:
+        if retries != self.settings.max_retries and self.limits is None:
             client = client.with_options(max_retries=retries)
         with observe_model_call(model) as call:  # a span, tokens and cost for the metrics
             abort.check()
-            stream = client.chat.completions.create(**kwargs)
+            if self.limits is None:
+                stream, grant = client.chat.completions.create(**kwargs), ""
+            else:
+                stream, grant = self._limited_create(self.limits, kwargs, request, retries)
             try:
                 with abort.closing(_cutter(stream)):  # a stop cuts the response mid-stream
                     completion = fold_stream(
@@ -144,7 +175,79 @@ class OpenAIChatModel:
                     raise abort.Aborted("stopped during the model call") from exc
                 raise
             call.usage = completion.usage
+            if self.limits is not None:
+                self.limits.settle(self._endpoint, grant, tokens=completion.usage.total)
         return completion
+
+    @property
+    def _endpoint(self) -> str:
+        return endpoint_id(self.base_url)
+
+    def _limited_create(
+        self, limits: ModelLimits, kwargs: dict[str, Any], request: CompletionRequest, retries: int
+    ) -> tuple[Any, str]:
+        """Send the request, each attempt after room in the shared window; ``retries`` more
+        attempts after one that failed as the SDK would retry it. Returns the stream and its
+        grant (settled by the caller with the real use)."""
+        client = self.client.with_options(max_retries=0)  # every attempt is counted here
+        guess = estimate(request.messages, request.tools, self.settings.max_output_tokens).total
+        deadline = time.monotonic() + (MAX_WAIT if request.budget is None else request.budget)
+        for attempt in range(retries + 1):
+            grant = self._wait_for_room(limits, guess, deadline, request.on_wait)
+            try:
+                return client.chat.completions.create(**kwargs), grant
+            except openai.APIError as exc:
+                limits.settle(self._endpoint, grant, tokens=0)
+                delay = _retry_delay(exc, attempt)
+                limited = isinstance(exc, openai.RateLimitError) and delay is not None
+                if limited:  # every caller of the endpoint waits, not just this one
+                    limits.pause(self._endpoint, delay or 0.0)
+                if delay is None or attempt == retries:
+                    raise
+                if limited:
+                    continue  # the next attempt waits for the pause (and the window)
+                if time.monotonic() + delay > deadline:
+                    raise
+                _nap(delay)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _wait_for_room(
+        self,
+        limits: ModelLimits,
+        tokens: int,
+        deadline: float,
+        on_wait: Callable[[str], None] | None,
+    ) -> str:
+        """Wait (abortably, never past ``deadline``) until the window has room for a request
+        of ``tokens``; returns its grant id. ``on_wait`` hears the wait and its end ("")."""
+        waiting = False
+        s = self.settings
+        try:
+            while True:
+                abort.check()
+                grant = limits.acquire(
+                    self._endpoint,
+                    max_requests=s.max_requests_per_minute,
+                    max_tokens=s.max_tokens_per_minute,
+                    tokens=tokens,
+                )
+                if grant.granted:
+                    return grant.grant_id
+                if time.monotonic() + grant.wait > deadline:
+                    raise ModelRateLimited(
+                        f"the model's rate limit ({grant.why}) leaves no room before the "
+                        "run's deadline",
+                        httpx2.Request("POST", self.base_url),
+                        body=None,
+                    )
+                waiting = True
+                if on_wait is not None:
+                    on_wait(WAITING_FOR_RATE_LIMIT)
+                # a little jitter: the callers woken by one freed slot do not all ask at once
+                _nap(min(grant.wait, MAX_NAP) + random.uniform(0, 0.05))
+        finally:
+            if waiting and on_wait is not None:
+                on_wait("")
 
     def known_models(self) -> frozenset[str] | None:
         """Model ids the endpoint lists (cached); None if it cannot say."""
@@ -155,6 +258,51 @@ class OpenAIChatModel:
             except openai.OpenAIError:
                 return None
         return self._models
+
+
+def _nap(seconds: float) -> None:
+    """Sleep ``seconds``; a stop of the current run ends the sleep at once (and the call)."""
+    current = abort.current()
+    if current is None:
+        time.sleep(seconds)
+    elif current.wait(seconds):
+        raise abort.Aborted("stopped while waiting for the model's rate limit")
+
+
+def _retry_delay(exc: openai.APIError, attempt: int) -> float | None:
+    """How long to wait before retrying after ``exc`` (its ``Retry-After``, else the SDK's
+    backoff), or None when the SDK would not retry it."""
+    if isinstance(exc, openai.APIStatusError):
+        if exc.status_code not in RETRIED_STATUSES and exc.status_code < 500:
+            return None
+        if exc.code == "insufficient_quota":
+            return None
+        said = retry_after(exc.response.headers)
+        if said is not None:
+            return said
+    elif not isinstance(exc, openai.APIConnectionError):
+        return None
+    return float(min(8.0, 0.5 * 2.0**attempt) * random.uniform(0.75, 1.0))
+
+
+def retry_after(headers: httpx2.Headers) -> float | None:
+    """Seconds a response's ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)
+    asks to wait, at most :data:`MAX_PAUSE`; None without a usable one."""
+    seconds: float | None = None
+    with contextlib.suppress(ValueError, TypeError):
+        raw_ms = headers.get("retry-after-ms")
+        if raw_ms is not None:
+            seconds = float(raw_ms) / 1000
+    raw = headers.get("retry-after")
+    if seconds is None and raw is not None:
+        try:
+            seconds = float(raw)
+        except ValueError:
+            with contextlib.suppress(ValueError, TypeError):
+                seconds = email.utils.parsedate_to_datetime(raw).timestamp() - time.time()
+    if seconds is None or seconds != seconds or seconds < 0:  # noqa: PLR0124 (NaN)
+        return None
+    return float(min(seconds, MAX_PAUSE))
 
 
 @dataclass(kw_only=True)

@@ -56,6 +56,8 @@ def run_loop(
         meter.touch("model output")
         fail("in_model_call")
 
+    on_wait = _waiting(control, meter)
+
     for step in range(max_steps):
         if step:
             fail("between_steps")
@@ -72,6 +74,7 @@ def run_loop(
                     timeout=_time_left(control),
                     budget=control.remaining(),
                     on_chunk=on_chunk,
+                    on_wait=on_wait,
                 )
             )
         except BaseException:
@@ -177,6 +180,26 @@ def _budget_warning(
         meter.note = warning
         _append(messages, {"role": "system", "content": warning}, control)
         control.progress(_status(meter, f"{Icon.WARNING} nearing its budget"))
+
+
+def _waiting(control: LoopControl, meter: Meter) -> Callable[[str], None]:
+    """What the model call tells of its wait for the rate limit: a standing note on the card
+    (a note change is shown at once), the run's state, and a sign of life each time."""
+    shown = [""]
+    kept = [""]  # the note the wait covers (a budget warning), put back after it
+
+    def on_wait(what: str) -> None:
+        meter.touch(what or "model call sent")
+        if what == shown[0]:
+            return
+        if not shown[0]:
+            kept[0] = meter.note
+        shown[0] = what
+        meter.note = f"{Icon.WAITING} {what}" if what else kept[0]
+        control.wait(what)
+        control.progress(_status(meter, "calling the model"))
+
+    return on_wait
 
 
 def _append(messages: list[Message], message: Message, control: LoopControl) -> None:

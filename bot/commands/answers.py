@@ -105,6 +105,8 @@ def _place(run: RunRecord, line: Sequence[str]) -> str:
 def _state(run: RunRecord) -> str:
     if run.status is RunStatus.RUNNING and run.parked_at is not None:
         return "waiting for approval" if run.approval_id else "waiting for its subagents"
+    if run.status is RunStatus.RUNNING and run.waiting:
+        return run.waiting
     return run.status.value
 
 

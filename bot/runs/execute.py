@@ -32,7 +32,7 @@ from bot.runs.budget import run_guard
 from bot.runs.finalize import finalize_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import out_snapshot
-from bot.runs.progress_lines import save_tool_count, step_event
+from bot.runs.progress_lines import save_tool_count, show_waiting, step_event
 from bot.runs.recover import resumed_line
 from bot.runs.stall import stall_watch
 from bot.runs.steer_receipts import read_inbox
@@ -320,4 +320,5 @@ def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> Lo
         progress=progress,
         deadline=meter.started + record.timeout_s,
         budget=run_guard(deps, record, checkpoint),
+        wait=lambda what: show_waiting(deps, run_id, what),
     )

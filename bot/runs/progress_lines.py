@@ -40,6 +40,12 @@ def step_event(record: RunRecord, meter: Meter, text: str) -> ProgressEvent:
     )
 
 
+def show_waiting(deps: Deps, run_id: str, what: str) -> None:
+    """Keep what the run waits for (the model's rate limit; "" once it goes on) in its hash,
+    for ``/subagents list`` (its card has it as the meter's note)."""
+    deps.runs.update(run_id, waiting=what)  # RunRecord.waiting
+
+
 def save_tool_count(deps: Deps, run_id: str, meter: Meter) -> None:
     """Keep the meter's tool count in the run's hash, for the final event."""
     deps.runs.update(run_id, **{TOOLS_FIELD: meter.tool_calls})

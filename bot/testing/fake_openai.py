@@ -12,12 +12,19 @@ each answer::
     fake = FakeOpenAI(script).start_in_thread()  # sync tests, non-async processes
     ...
     fake.stop()
+
+Like a provider, it can enforce a rate limit: ``FakeOpenAI(script, max_requests=120,
+window_seconds=60)`` answers a request that arrives when the last ``window_seconds`` already
+had ``max_requests`` answered ones with HTTP 429 and a ``Retry-After`` (when the oldest of
+them leaves the window), and counts it in :attr:`FakeOpenAI.over_limit`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,8 +33,9 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from bot.demo import wire
 from bot.demo.chat_server import ChatServer
-from bot.demo.replies import ChatRequest, Reply, Script
+from bot.demo.replies import ChatRequest, Fail, Reply, Script
 
 
 @dataclass(kw_only=True)
@@ -70,11 +78,18 @@ class FakeOpenAI(ChatServer):
         script: Script | None = None,
         *,
         models: Sequence[str] = ("fake-model",),
+        max_requests: int | None = None,
+        window_seconds: float = 60.0,
         **options: Any,
     ) -> None:
-        """Configure (not start) the fake; ``options`` are :class:`ChatServer`'s
-        (``strict_models``, ``stream_chunk_chars``, ``host``)."""
+        """Configure (not start) the fake; ``max_requests`` per ``window_seconds`` (None: no
+        limit) is its rate limit; ``options`` are :class:`ChatServer`'s (``strict_models``,
+        ``stream_chunk_chars``, ``host``)."""
         super().__init__(script, models=models, **options)
+        self.max_requests = max_requests
+        self.window_seconds = window_seconds
+        self._admitted: collections.deque[float] = collections.deque()
+        self._over_limit = 0
         self._records: list[RecordedRequest] = []
         self._in_flight = 0
         self._max_concurrent = 0
@@ -92,6 +107,11 @@ class FakeOpenAI(ChatServer):
     def in_flight(self) -> int:
         """Chat-completions requests being answered right now."""
         return self._in_flight
+
+    @property
+    def over_limit(self) -> int:
+        """Requests answered 429 because they came over the rate limit."""
+        return self._over_limit
 
     @property
     def max_concurrent(self) -> int:
@@ -121,6 +141,7 @@ class FakeOpenAI(ChatServer):
         """Forget recorded requests and the high-water mark."""
         self._records.clear()
         self._max_concurrent = self._in_flight
+        self._over_limit = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -166,6 +187,21 @@ class FakeOpenAI(ChatServer):
 
     # --- recording ---------------------------------------------------------------------
 
+    def _over_the_limit(self, now: float) -> Fail | None:
+        """The 429 for a request arriving at ``now`` over the rate limit, else None (and the
+        request is counted in the window)."""
+        if self.max_requests is None:
+            return None
+        window = self._admitted
+        while window and window[0] <= now - self.window_seconds:
+            window.popleft()
+        if len(window) < self.max_requests:
+            window.append(now)
+            return None
+        self._over_limit += 1
+        wait = math.ceil((window[0] + self.window_seconds - now) * 1000) / 1000
+        return Fail(429, retry_after=max(0.001, wait), message="Rate limit reached (fake).")
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         chat = await self._read(request)
         if isinstance(chat, web.Response):
@@ -178,6 +214,11 @@ class FakeOpenAI(ChatServer):
             started_at=time.monotonic(),
         )
         self._records.append(record)
+        refused = self._over_the_limit(record.started_at)
+        if refused is not None:
+            record.reply, record.status, record.outcome = refused, 429, "error"
+            record.finished_at = time.monotonic()
+            return wire.error_response(refused)
         self._in_flight += 1
         self._max_concurrent = max(self._max_concurrent, self._in_flight)
 

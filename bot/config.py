@@ -96,6 +96,13 @@ class OpenAISettings(_Section):
         description="Tokens per minute to the model endpoint (estimated before a call, settled "
         "after), shared by every worker (0 or unset: no limit).",
     )
+    limit_window_seconds: float = Field(
+        60.0,
+        ge=1,
+        le=60,
+        description="The per-minute limits are kept over this window, scaled to it (120 a "
+        "minute over 15 s: 30); shorter than a minute only for benchmarks and tests.",
+    )
 
     @property
     def configured(self) -> bool:

@@ -230,6 +230,7 @@ class OpenAIChatModel:
                     max_requests=s.max_requests_per_minute,
                     max_tokens=s.max_tokens_per_minute,
                     tokens=tokens,
+                    window_seconds=s.limit_window_seconds,
                 )
                 if grant.granted:
                     return grant.grant_id

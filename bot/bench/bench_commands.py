@@ -1,4 +1,4 @@
-"""``fanbot bench soak|latency|stop|compare|many|chaos|map|commands``: benchmarks against real
+"""``fanbot bench soak|latency|stop|compare|many|chaos|map|commands|ratelimit``: benchmarks against real
 processes and the fakes.
 
 They start their own private Redis, workers and the fake model (the processes they start
@@ -27,7 +27,7 @@ app = typer.Typer(
     help="Benchmarks: soak (many runs, counts every announce), latency, stop, compare (vs bare "
     "RQ, goals met or missed), many (1,000 runs at once in the threads pool), chaos (workers SIGKILLed at random: runs resume, lose nothing), map (the code's "
     "shape and the modules one message runs through), commands (Redis commands per subagent "
-    "run).",
+    "run), ratelimit (64 runs against a fake allowing 120 requests a minute: none over it).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -275,6 +275,49 @@ def many(
             result = asyncio.run(run_many(dataclasses.replace(config, stopping=stopping)))
     except FanbotError as exc:
         typer.echo(f"fanbot bench many: {exc}\nlogs: {directory}", err=True)
+        raise typer.Exit(1) from None
+    failed = bool(result.failures())
+    if log_dir is None and not failed:
+        shutil.rmtree(directory, ignore_errors=True)
+        result = dataclasses.replace(result, log_dir="")
+    typer.echo(result.table())
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def ratelimit(
+    runs: Annotated[int, typer.Option(help="Subagent runs, all at once.", min=1, max=1000)] = 64,
+    calls: Annotated[int, typer.Option(help="Model calls per run.", min=1, max=20)] = 3,
+    limit: Annotated[int, typer.Option(help="Requests a minute the fake allows.", min=1)] = 120,
+    window_seconds: Annotated[
+        float,
+        typer.Option(help="The fake's (and the workers') window; under 60 scales the minute.",
+                     min=1, max=60),  # fmt: skip
+    ] = 60.0,
+    limiter: Annotated[
+        bool, typer.Option(help="Tell the workers the limit (--no-limiter: the before).")
+    ] = True,
+    processes: Annotated[int, typer.Option(help="Worker processes.", min=1, max=64)] = 2,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds to wait for every announce.")
+    ] = None,
+    log_dir: Annotated[Path | None, _log_dir_option(kept="FAIL")] = None,
+) -> None:
+    """Runs against a fake model that allows LIMIT requests a minute (429 + Retry-After past
+    it): requests over the limit (goal 0), runs failed by 429 (goal 0), total time."""
+    from bot.bench.ratelimit import RateLimitConfig, run_ratelimit
+
+    directory = log_dir or Path(tempfile.mkdtemp(prefix="fanbot-ratelimit-"))
+    config = RateLimitConfig(
+        runs=runs, calls=calls, limit=limit, window_seconds=window_seconds, limiter=limiter,
+        processes=processes, timeout=timeout, log_dir=directory,
+        report=lambda line: typer.echo(line, err=True),
+    )  # fmt: skip
+    try:
+        with stop_on_signal() as stopping:
+            result = asyncio.run(run_ratelimit(dataclasses.replace(config, stopping=stopping)))
+    except FanbotError as exc:
+        typer.echo(f"fanbot bench ratelimit: {exc}\nlogs: {directory}", err=True)
         raise typer.Exit(1) from None
     failed = bool(result.failures())
     if log_dir is None and not failed:

@@ -14,8 +14,10 @@ worker on every host:
   granted anything before it (:meth:`ModelLimits.pause`).
 
 Both scripts read ``TIME`` in Redis, so hosts whose clocks differ still share one window. A
-grant counts for the window plus :data:`MARGIN_MS`: the request reaches the endpoint a
-moment after it was granted, and the endpoint's clock is not ours.
+grant counts for the window plus a margin (:func:`margin_ms`): the request reaches the
+endpoint a moment after it was granted, and the endpoint's clock is not ours. The window is
+a minute; ``openai.limit_window_seconds`` shortens it (the limits scaled to it) for
+benchmarks and tests.
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from bot.store.owner import Lua, RedisOwner
 WINDOW_MS = 60_000
 """The limits are per minute."""
 MARGIN_MS = 1_000
-"""A grant counts this much longer than the window (the trip to the endpoint, clocks apart)."""
+"""A grant counts up to this much longer than the window (the trip to the endpoint, clocks
+apart)."""
+
+
+def margin_ms(window_ms: int) -> int:
+    """The margin of a window: :data:`MARGIN_MS`, at most a tenth of a short window."""
+    return min(MARGIN_MS, window_ms // 10)
 
 _ACQUIRE = """
 local t = redis.call('TIME')
@@ -97,6 +105,13 @@ return math.max(until_ms, was)
 """KEYS: paused key. ARGV: ms to pause. Never shortens a longer pause already set."""
 
 
+def _scaled(per_minute: int | None, window_ms: int) -> int:
+    """A per-minute limit over ``window_ms`` (0: none; never below 1 when there is one)."""
+    if not per_minute:
+        return 0
+    return max(1, per_minute * window_ms // WINDOW_MS)
+
+
 def endpoint_id(base_url: str) -> str:
     """The limiter's name for an endpoint: a digest of its base URL (a key never holds the
     URL, which may carry a password). Keyed by endpoint, not by model: one limit per
@@ -132,13 +147,27 @@ class ModelLimits(RedisOwner):
         return f"{self.keys.prefix}model_limit:{endpoint}:{part}"
 
     def acquire(
-        self, endpoint: str, *, max_requests: int | None, max_tokens: int | None, tokens: int
+        self,
+        endpoint: str,
+        *,
+        max_requests: int | None,
+        max_tokens: int | None,
+        tokens: int,
+        window_seconds: float = 60.0,
     ) -> Grant:
         """Try once to take a request of ``tokens`` (an estimate) in ``endpoint``'s window
-        (``max_*`` None or 0: no such limit; a pause holds either way)."""
+        (``max_*``: per minute, None or 0: no such limit; a pause holds either way).
+        A ``window_seconds`` under a minute scales the limits to it."""
         grant_id = uuid.uuid4().hex
         keys = [self._key(endpoint, p) for p in ("requests", "tokens", "paused")]
-        args = [WINDOW_MS + MARGIN_MS, max_requests or 0, max_tokens or 0, grant_id, tokens]
+        window = round(window_seconds * 1000)
+        args = [
+            window + margin_ms(window),
+            _scaled(max_requests, window),
+            _scaled(max_tokens, window),
+            grant_id,
+            tokens,
+        ]
         ok, wait_ms, why = self._acquire(keys=keys, args=args)
         reason = why.decode() if isinstance(why, bytes) else str(why)
         if int(ok):

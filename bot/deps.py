@@ -29,6 +29,7 @@ from bot.store.joins import Joins
 from bot.store.leases import Leases
 from bot.store.lost_jobs import LostJobs
 from bot.store.metrics import MetricsStore
+from bot.store.model_limits import ModelLimits
 from bot.store.outbox import OutboxWriter
 from bot.store.progress import ProgressWriter
 from bot.store.receipts import Receipts
@@ -79,6 +80,7 @@ class Deps:
     dead_letters: DeadLetters
     lost_jobs: LostJobs
     metrics: MetricsStore
+    model_limits: ModelLimits
     failpoints: Failpoints = field(default_factory=Failpoints)
     """Where a fault test makes this process die (``FANBOT_FAILPOINTS``; none by default)."""
 
@@ -129,6 +131,7 @@ class Deps:
             dead_letters=DeadLetters(redis=client, keys=keys),
             lost_jobs=LostJobs(redis=client, keys=keys),
             metrics=metrics,
+            model_limits=ModelLimits(redis=client, keys=keys),
             failpoints=Failpoints.from_env(),
         )
 

@@ -267,6 +267,11 @@ class Keys:
         """``thread_id``: ``platform|account|chat|thread`` (:func:`bot.store.threads.thread_id`)."""
         return f"{self.prefix}thread_bind:thread:{thread_id}"
 
+    def model_limit(self, endpoint: str, part: str) -> str:
+        """``part`` (``requests``, ``tokens``, ``paused``) of a model endpoint's shared window
+        (:mod:`bot.store.model_limits`)."""
+        return f"{self.prefix}model_limit:{endpoint}:{part}"
+
 
 def glob_escape(text: str) -> str:
     """``text`` with the glob characters of ``SCAN MATCH`` escaped."""

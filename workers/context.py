@@ -21,7 +21,6 @@ from bot.agent.tools.mcp import McpPool
 from bot.config import Settings
 from bot.deps import Deps
 from bot.redis.connect import connect
-from bot.store.model_limits import ModelLimits
 
 _serving: ContextVar[WorkerContext | None] = ContextVar("fanbot_worker_context", default=None)
 
@@ -49,8 +48,7 @@ class WorkerContext:
         deps = Deps.build(settings, client=connect(settings.redis_url,
                                                    max_connections=redis_connections(settings)))  # fmt: skip
         closing.callback(deps.close)
-        limits = ModelLimits(redis=deps.redis, keys=deps.keys)  # shared by the fleet
-        model = OpenAIChatModel(settings=settings.openai, limits=limits)
+        model = OpenAIChatModel(settings=settings.openai, limits=deps.model_limits)
         closing.callback(model.close)
         mcp = McpPool()
         closing.callback(mcp.close)

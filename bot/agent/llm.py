@@ -86,11 +86,11 @@ __all__ = [
     "ChatModel",
     "Completion",
     "CompletionRequest",
+    "ModelRateLimited",
     "OpenAIChatModel",
     "ToolCallRequest",
     "fold_stream",
     "retries_within",
-    "ModelRateLimited",
 ]
 
 
@@ -301,7 +301,7 @@ def retry_after(headers: httpx2.Headers) -> float | None:
         except ValueError:
             with contextlib.suppress(ValueError, TypeError):
                 seconds = email.utils.parsedate_to_datetime(raw).timestamp() - time.time()
-    if seconds is None or seconds != seconds or seconds < 0:  # noqa: PLR0124 (NaN)
+    if seconds is None or seconds != seconds or seconds < 0:
         return None
     return float(min(seconds, MAX_PAUSE))
 

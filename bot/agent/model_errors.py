@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import openai
 
+from bot.agent.llm import ModelRateLimited
 from bot.config_check import public_url
 
 MAX_WORDS = 200
@@ -37,6 +38,8 @@ def model_error_text(
 
 
 def _meaning(exc: openai.APIError, where: str, model: str) -> str | None:
+    if isinstance(exc, ModelRateLimited):
+        return "the model's rate limit leaves no room before the run's deadline"
     if isinstance(exc, openai.APITimeoutError):
         return f"the model endpoint at {where} did not answer in time"
     if isinstance(exc, openai.APIConnectionError):

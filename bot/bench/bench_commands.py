@@ -291,8 +291,9 @@ def ratelimit(
     limit: Annotated[int, typer.Option(help="Requests a minute the fake allows.", min=1)] = 120,
     window_seconds: Annotated[
         float,
-        typer.Option(help="The fake's (and the workers') window; under 60 scales the minute.",
-                     min=1, max=60),  # fmt: skip
+        typer.Option(
+            help="The fake's (and the workers') window; under 60 scales the minute.", min=1, max=60
+        ),
     ] = 60.0,
     limiter: Annotated[
         bool, typer.Option(help="Tell the workers the limit (--no-limiter: the before).")

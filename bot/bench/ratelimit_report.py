@@ -37,8 +37,12 @@ class RateLimitResult:
         return [
             ("requests over the limit", str(self.over_limit), "0", self.over_limit == 0),
             ("runs failed by 429", str(self.failed_429), "0", self.failed_429 == 0),
-            ("runs announced", f"{self.runs - len(self.not_announced)} of {self.runs}",
-             f"{self.runs}", not self.not_announced),  # fmt: skip
+            (
+                "runs announced",
+                f"{self.runs - len(self.not_announced)} of {self.runs}",
+                f"{self.runs}",
+                not self.not_announced,
+            ),
         ]
 
     def failures(self) -> list[str]:
@@ -55,8 +59,11 @@ class RateLimitResult:
         lines = [
             f"fanbot bench ratelimit: {self.runs} runs x {self.calls} model calls against a "
             f"fake allowing {self.limit} requests/minute, window {window}; workers "
-            + ("share the limit (openai.max_requests_per_minute)" if self.limiter
-               else "NOT told the limit (the before)"),  # fmt: skip
+            + (
+                "share the limit (openai.max_requests_per_minute)"
+                if self.limiter
+                else "NOT told the limit (the before)"
+            ),
             "",
             "| figure | value | goal | |",
             "|---|---|---|---|",

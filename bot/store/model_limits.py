@@ -39,6 +39,7 @@ def margin_ms(window_ms: int) -> int:
     """The margin of a window: :data:`MARGIN_MS`, at most a tenth of a short window."""
     return min(MARGIN_MS, window_ms // 10)
 
+
 _ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -144,7 +145,7 @@ class ModelLimits(RedisOwner):
     _pause = Lua(_PAUSE)
 
     def _key(self, endpoint: str, part: str) -> str:
-        return f"{self.keys.prefix}model_limit:{endpoint}:{part}"
+        return self.keys.model_limit(endpoint, part)
 
     def acquire(
         self,

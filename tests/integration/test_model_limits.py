@@ -15,6 +15,7 @@ import redis
 from bot.agent import llm
 from bot.agent.completion import CompletionRequest
 from bot.agent.llm import WAITING_FOR_RATE_LIMIT, ModelRateLimited, OpenAIChatModel
+from bot.agent.model_errors import model_error_text
 from bot.config import OpenAISettings
 from bot.keys import Keys
 from bot.store.model_limits import WINDOW_MS, ModelLimits, endpoint_id
@@ -192,3 +193,18 @@ def test_retry_after_headers_are_read() -> None:
     assert llm.retry_after(headers({"retry-after": "99999"})) == llm.MAX_PAUSE
     assert llm.retry_after(headers({"retry-after": "soon"})) is None
     assert llm.retry_after(headers({})) is None
+
+
+def test_a_short_window_scales_the_minute(limits: ModelLimits) -> None:
+    grants = [
+        limits.acquire(ENDPOINT, max_requests=120, max_tokens=None, tokens=1, window_seconds=2)
+        for _ in range(5)
+    ]
+    assert [g.granted for g in grants] == [True] * 4 + [False]  # 120 a minute = 4 per 2 s
+    assert 0 < grants[-1].wait <= 2.2
+
+
+def test_the_deadline_error_reads_as_the_rate_limit() -> None:
+    exc = ModelRateLimited("x", llm.httpx2.Request("POST", "http://m/v1"), body=None)
+    text = model_error_text(exc, base_url="http://m/v1", model="m")
+    assert text == "the model's rate limit leaves no room before the run's deadline"

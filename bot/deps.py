@@ -23,6 +23,7 @@ from bot.store.approvals import Approvals
 from bot.store.budgets import Budgets
 from bot.store.dead_letters import DeadLetters
 from bot.store.dedupe import Dedupe
+from bot.store.estimates import Estimates
 from bot.store.history import HistoryStore
 from bot.store.jobs import Jobs
 from bot.store.joins import Joins
@@ -79,6 +80,7 @@ class Deps:
     dead_letters: DeadLetters
     lost_jobs: LostJobs
     metrics: MetricsStore
+    estimates: Estimates
     failpoints: Failpoints = field(default_factory=Failpoints)
     """Where a fault test makes this process die (``FANBOT_FAILPOINTS``; none by default)."""
 
@@ -129,6 +131,7 @@ class Deps:
             dead_letters=DeadLetters(redis=client, keys=keys),
             lost_jobs=LostJobs(redis=client, keys=keys),
             metrics=metrics,
+            estimates=Estimates(redis=client, keys=keys),
             failpoints=Failpoints.from_env(),
         )
 

@@ -158,6 +158,7 @@ class Icon(StrEnum):
     APPROVAL = "🔐"
     EXPIRED = "⌛"
     RESUMED = "↻"
+    ESTIMATE = "💰"
 
 
 def icon(status: RunStatus | str) -> str:

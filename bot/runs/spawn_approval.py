@@ -13,8 +13,9 @@ of kind ``spawn`` (:class:`~bot.store.approvals.ApprovalKind`):
 2. a decision (``approval_gate.decide``) or its timeout (``approval_gate.expire_due``)
    settles the approval once, edits the request (:func:`outcome_text`) and calls
    :func:`settle`: approved -> the run goes in line like any spawn; denied or expired ->
-   it ends ``stopped`` without starting, and its announce, the requester's history and
-   its fan-in (the model's continuation turn) say why (:func:`ended_note`);
+   it ends ``stopped`` without starting, with why as its result (:func:`ended_note`), so
+   its announce, the requester's history and its fan-in (the model's continuation turn)
+   say so;
 3. a stop while it waits withdraws the request (``approval_gate.withdraw``,
    :func:`withdrawn_text`) and ends the run as any queued run.
 
@@ -127,13 +128,13 @@ def withdrawn_text(approval: ApprovalRecord) -> str:
 
 
 def ended_note(approval: ApprovalRecord, *, by: str) -> str:
-    """The Notes of a run whose start was denied or not approved in time (pure)."""
+    """The result of a run whose start was denied or not approved in time (pure)."""
     why = (
         f"its start was denied by {by}"
         if approval.state is ApprovalState.DENIED
         else "nobody approved its start in time"
     )
-    return f"not started: {why} ({approval.detail})"
+    return f"Not started: {why} ({approval.detail})."
 
 
 def settle(deps: Deps, approval: ApprovalRecord, *, by: str) -> None:
@@ -148,4 +149,5 @@ def settle(deps: Deps, approval: ApprovalRecord, *, by: str) -> None:
         # Unparked once its job exists: the reaper ends a queued run whose job is gone.
         deps.runs.update(record.run_id, parked_at="")
         return
-    finalize_run(deps, record.run_id, status=RunStatus.STOPPED, notes=ended_note(approval, by=by))
+    # As its result, so the model reads why (its history note and fan-in carry results).
+    finalize_run(deps, record.run_id, status=RunStatus.STOPPED, result=ended_note(approval, by=by))

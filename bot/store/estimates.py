@@ -2,7 +2,7 @@
 (the owner of ``{p}estimates:{type}:{model}``).
 
 Each key is a capped list, newest first, of the last :data:`SAMPLE_CAP` finished runs'
-tokens and cost; it expires :data:`SAMPLE_TTL_SECONDS` after its last write, so a model
+tokens and cost (trimmed every :data:`TRIM_SLACK` runs past the cap); it expires :data:`SAMPLE_TTL_SECONDS` after its last write, so a model
 nobody uses any more leaves nothing behind. A run's sample is written by the finalize
 script (:data:`RECORD_SAMPLE`, its last step), in the same round trip as its terminal
 transition, so it is written once. :mod:`bot.runs.estimate` turns the samples into the
@@ -50,11 +50,17 @@ class Sample:
             return None
 
 
-_RECORD_SAMPLE = """
+TRIM_SLACK = 10
+"""The list may grow this far past the cap before it is trimmed (one ``LTRIM`` every ten
+runs instead of one per run; readers take the first :data:`SAMPLE_CAP`)."""
+
+_RECORD_SAMPLE = f"""
 local function record_sample(k, a)
   if k[1] == '' then return end
-  redis.call('LPUSH', k[1], a[1])
-  redis.call('LTRIM', k[1], 0, tonumber(a[2]) - 1)
+  local cap = tonumber(a[2])
+  if redis.call('LPUSH', k[1], a[1]) > cap + {TRIM_SLACK} then
+    redis.call('LTRIM', k[1], 0, cap - 1)
+  end
   redis.call('EXPIRE', k[1], a[3])
 end
 """

@@ -24,7 +24,7 @@ from bot.runs.execute import execute_run
 from bot.runs.finalize import finalize_run
 from bot.runs.stop import stop_run
 from bot.store.approvals import ApprovalKind, ApprovalState
-from bot.store.estimates import SAMPLE_CAP, Sample
+from bot.store.estimates import SAMPLE_CAP, TRIM_SLACK, Sample
 from bot.testing.function_model import FunctionModel
 from bot.testing.scripted import ScriptedModel, Text
 from bot.types import RunRecord, RunStatus, Usage
@@ -102,10 +102,10 @@ def test_each_finished_run_leaves_one_sample_of_its_type_and_model(deps: Deps) -
 
 
 def test_the_samples_are_capped(deps: Deps) -> None:
-    finish(deps, *range(1000, 1000 + SAMPLE_CAP + 5), subagent_type="plan")
+    finish(deps, *range(1000, 1000 + SAMPLE_CAP + TRIM_SLACK + 1), subagent_type="plan")
     kept = deps.estimates.samples("plan", "m")
     assert len(kept) == SAMPLE_CAP == deps.redis.llen(deps.keys.estimate_samples("plan", "m"))
-    assert kept[0].tokens == 1000 + SAMPLE_CAP + 4  # the newest stay
+    assert kept[0].tokens == 1000 + SAMPLE_CAP + TRIM_SLACK  # the newest stay
 
 
 def test_a_spawn_from_chat_shows_its_estimate_and_keeps_it_on_the_run(deps: Deps) -> None:

@@ -8,7 +8,10 @@ unknown model warns and falls back; a bad thinking value or an unknown type is a
 of its own, i.e. ``subagents.max_run_timeout_seconds``) else ``subagents.run_timeout_seconds``,
 never above that maximum. The context is the request's, else the type's. Whoever spawns (the
 main agent's ``sessions_spawn`` tool, later a chat command) builds a
-:class:`SpawnRequest`; the lifecycle does the rest.
+:class:`SpawnRequest`; the lifecycle does the rest. Each run carries the estimate of recent
+runs of its type and model (:mod:`bot.runs.estimate`); one whose p90 cost is above
+``budgets.approve_above_usd`` waits for a person instead of its line
+(:mod:`bot.runs.spawn_approval`).
 """
 
 from __future__ import annotations

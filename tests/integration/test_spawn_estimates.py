@@ -158,6 +158,7 @@ def held_spawn(deps: Deps) -> tuple[RunRecord, str]:
     run = only_run(deps)
     assert run.status is RunStatus.QUEUED and run.parked_at is not None and run.approval_id
     assert not deps.jobs.exists(run.job_id)  # no job, no slot: nothing can start it
+    assert "waiting for approval" in command(deps, "/subagents list")
     return run, run.approval_id
 
 

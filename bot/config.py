@@ -226,6 +226,12 @@ class BudgetSettings(_Section):
     user_daily_tokens: int | None = Field(None, ge=1, description="Per user per UTC day.")
     user_daily_usd: float | None = Field(None, gt=0)
     warn_fraction: float = Field(0.8, gt=0, lt=1, description="Warn at this share of a limit.")
+    approve_above_usd: float | None = Field(
+        None,
+        gt=0,
+        description="A spawn whose p90 cost estimate is above this waits for a person's "
+        "approval in its thread (None: never; see bot.runs.estimate).",
+    )
 
 
 class SubagentType(_Section):

@@ -23,6 +23,7 @@ from bot.store.approvals import Approvals
 from bot.store.budgets import Budgets
 from bot.store.dead_letters import DeadLetters
 from bot.store.dedupe import Dedupe
+from bot.store.estimates import Estimates
 from bot.store.history import HistoryStore
 from bot.store.jobs import Jobs
 from bot.store.joins import Joins
@@ -81,6 +82,7 @@ class Deps:
     lost_jobs: LostJobs
     metrics: MetricsStore
     model_limits: ModelLimits
+    estimates: Estimates
     failpoints: Failpoints = field(default_factory=Failpoints)
     """Where a fault test makes this process die (``FANBOT_FAILPOINTS``; none by default)."""
 
@@ -132,6 +134,7 @@ class Deps:
             lost_jobs=LostJobs(redis=client, keys=keys),
             metrics=metrics,
             model_limits=ModelLimits(redis=client, keys=keys),
+            estimates=Estimates(redis=client, keys=keys),
             failpoints=Failpoints.from_env(),
         )
 

@@ -60,6 +60,7 @@ key                                                type       what
 ``{p}receipt:{id}``                                hash       what became of one ``/subagents send``
 ``{p}approval:{id}``                               hash       a tool call waiting for a person
 ``{p}approvals:due``                               zset       approval id -> when no answer denies
+``{p}estimates:{type}:{model}``                    list       recent finished runs' tokens and cost (capped)
 ``{p}thread_bind:run:{runId}``                     string     a run's own thread (JSON binding)
 ``{p}thread_bind:thread:{threadId}``               string     the run bound to a thread
 ``{p}probe:{who}``                                 string     a Redis health probe's last write
@@ -259,6 +260,10 @@ class Keys:
     @property
     def approvals_due(self) -> str:
         return f"{self.prefix}approvals:due"
+
+    def estimate_samples(self, subagent_type: str, model: str) -> str:
+        """Recent runs of one type and model, for spawn estimates (:mod:`bot.store.estimates`)."""
+        return f"{self.prefix}estimates:{subagent_type}:{model}"
 
     def thread_bind_run(self, run_id: str) -> str:
         return f"{self.prefix}thread_bind:run:{run_id}"

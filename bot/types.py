@@ -373,6 +373,9 @@ class RunRecord:
     """How each earlier attempt ended: ``"<unix time>|<why>"`` (its worker was lost)."""
     resuming: float | None = None
     """When its recovery job was queued, until that job starts it (None: not waiting)."""
+    estimate: str = ""
+    """What its spawn expected it to spend, from recent runs of its type and model (JSON,
+    :class:`bot.runs.estimate.Estimate`; "" = no estimate)."""
 
     @property
     def usage(self) -> Usage:

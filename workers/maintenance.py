@@ -87,6 +87,8 @@ def _verdict(deps: Deps, record: RunRecord, now: float) -> tuple[RunStatus, str]
     if record.status is RunStatus.RUNNING:
         return None  # executing (or lost: see _lost), or parked
     if record.status is RunStatus.QUEUED:
+        if record.parked_at is not None:
+            return None  # a spawn held for approval has no job yet (bot.runs.spawn_approval)
         if now - record.created_at < stale:
             return None  # spawn writes the record just before it enqueues the job
         job_status = deps.jobs.status(record.job_id)

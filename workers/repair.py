@@ -130,7 +130,7 @@ def _rejoin_lines(deps: Deps, *, now: float, grace: float) -> list[str]:
     due = {
         r.run_id: r.session_key
         for r in active
-        if r.status is RunStatus.QUEUED and now - r.created_at >= grace
+        if r.status is RunStatus.QUEUED and now - r.created_at >= grace and r.parked_at is None
     }
     sub = deps.settings.subagents
     rejoined = deps.jobs.fair.rejoin(

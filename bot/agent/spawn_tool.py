@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, create_model, field_validator
 
 from bot.agent.context import ToolContext
 from bot.errors import SpawnRejected
+from bot.runs.estimate import Estimate, tool_answer
 from bot.runs.join import may_nest, open_join
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.types import Cleanup, RunContext, RunRecord
@@ -134,7 +135,14 @@ def spawn(ctx: ToolContext, args: SpawnArgs) -> dict[str, object]:
         "runId": record.run_id,
         "childSessionKey": record.child_session_key,
         "number": record.seq,
+        "estimate": tool_answer(Estimate.from_json(record.estimate)),
     }
+    if record.approval_id:  # held: its estimate is above budgets.approve_above_usd
+        answer["status"] = "waiting_for_approval"
+        answer["approval"] = (
+            "a person must approve its start in the thread (its cost estimate is above the "
+            "limit); if they deny it or nobody answers, it ends stopped without running"
+        )
     if record.warnings:
         answer["warnings"] = list(record.warnings)
     answer["join"] = bool(record.join_id)

@@ -103,7 +103,7 @@ def _place(run: RunRecord, line: Sequence[str]) -> str:
 
 
 def _state(run: RunRecord) -> str:
-    if run.status is RunStatus.RUNNING and run.parked_at is not None:
+    if not run.status.terminal and run.parked_at is not None:  # queued: a held spawn
         return "waiting for approval" if run.approval_id else "waiting for its subagents"
     if run.status is RunStatus.RUNNING and run.waiting:
         return run.waiting

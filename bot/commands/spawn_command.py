@@ -16,6 +16,7 @@ from bot.commands.registry import subcommand
 from bot.commands.router import CommandRequest
 from bot.errors import FanbotError
 from bot.runs.access import Actor
+from bot.runs.estimate import text_of
 from bot.runs.naming import Icon, RunRef, run_title
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.runs.type_registry import subagent_types
@@ -76,13 +77,29 @@ def parse_spawn(rest: str, types: Collection[str]) -> SpawnAsk | str:
     return SpawnAsk(subagent_type=parsed.subagent_type, task=parsed.task, own_thread=bool(flags))
 
 
-def started_text(seq: int, type_name: str, task: str, warnings: Collection[str] = ()) -> str:
-    """``🚀 Started subagent #3 (explore): <task>`` (pure)."""
+def started_text(
+    seq: int,
+    type_name: str,
+    task: str,
+    warnings: Collection[str] = (),
+    *,
+    estimate: str = "",
+    held: bool = False,
+) -> str:
+    """``🚀 Started subagent #3 (explore): <task>`` then ``💰 est. ~$0.04 (p90 $0.09)``
+    (``estimate``: :func:`bot.runs.estimate.estimate_text`); ``held``: it waits for a
+    person's approval to start (pure)."""
     shown = task if len(task) <= 120 else task[:119] + "…"
-    title = run_title(
-        RunRef(seq=seq, subagent_type=type_name), noun="subagent", name="none", kind="after"
-    )
-    lines = [f"{Icon.STARTED} Started {title}: {shown}"]
+    ref = RunRef(seq=seq, subagent_type=type_name)
+    if held:
+        title = run_title(ref, name="none", kind="after")
+        head = f"{Icon.APPROVAL} {title} waits for approval to start (estimate above the limit)"
+    else:
+        head = (
+            f"{Icon.STARTED} Started {run_title(ref, noun='subagent', name='none', kind='after')}"
+        )
+    lines = [f"{head}: {shown}"]
+    lines += [f"{Icon.ESTIMATE} {estimate}"] if estimate else []
     lines += [f"{Icon.WARNING} {w}" for w in warnings]
     return "\n".join(lines)
 
@@ -107,5 +124,12 @@ def handle_spawn(req: CommandRequest) -> str:
         record = spawn_run(deps, request, known_models=lambda: None)
     except FanbotError as exc:
         return f"I couldn't start that subagent: {exc}"
-    text = started_text(record.seq, record.subagent_type, record.task, record.warnings)
+    text = started_text(
+        record.seq,
+        record.subagent_type,
+        record.task,
+        record.warnings,
+        estimate=text_of(record),
+        held=bool(record.approval_id),
+    )
     return text + (f"\n{Icon.THREAD} Opening a thread of its own…" if parsed.own_thread else "")

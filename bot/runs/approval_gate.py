@@ -14,6 +14,10 @@ The flow, each step a function here:
 
 Parsing, authorization and all texts are pure (:func:`parse_decision`, :func:`may_decide`,
 :func:`request_text`, :func:`outcome_text`).
+
+A spawn held before it starts (its cost estimate is above
+``budgets.approve_above_usd``) is an approval of kind ``spawn`` through the same steps; its
+texts and what its decision does are :mod:`bot.runs.spawn_approval`'s.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from typing import NoReturn
 from bot.config import Settings, SubagentType
 from bot.deps import Deps
 from bot.errors import RunParked
+from bot.runs import spawn_approval
 from bot.runs.access import Actor, may_control
 from bot.runs.line import slot_job
 from bot.runs.naming import Icon, run_title
-from bot.store.approvals import ApprovalRecord, ApprovalState, PendingCall
+from bot.store.approvals import ApprovalKind, ApprovalRecord, ApprovalState, PendingCall
 from bot.text.units import duration
 from bot.types import Action, Outbound, OutboundKind, RunRecord
 
@@ -79,6 +84,8 @@ def park_for(deps: Deps, record: RunRecord, calls: Sequence[PendingCall], *, tex
 
 def request_text(approval: ApprovalRecord, *, timeout_s: int) -> str:
     """The request as posted (pure)."""
+    if approval.kind is ApprovalKind.SPAWN:
+        return spawn_approval.request_text(approval, timeout_s=timeout_s)
     call = approval.call
     return (
         f"{Icon.APPROVAL} Subagent {approval.label} wants to run `{call.name}`:\n"
@@ -115,6 +122,8 @@ def post_request(deps: Deps, approval_id: str) -> None:
 
 def outcome_text(approval: ApprovalRecord) -> str:
     """What the request reads once decided (pure)."""
+    if approval.kind is ApprovalKind.SPAWN:
+        return spawn_approval.outcome_text(approval, by=_who(approval.decided_by))
     call = approval.call
     head = f"Subagent {approval.label}: `{call.name}`"
     if approval.state is ApprovalState.APPROVED:
@@ -195,6 +204,8 @@ def decide(deps: Deps, request: DecisionRequest, *, platform: str, user_id: str)
     if refusal:
         return Answer(text=refusal, refused=True)
     arguments = approval.call.arguments
+    if request.arguments is not None and approval.kind is ApprovalKind.SPAWN:
+        return Answer(text="Not decided: a spawn is approved as it was asked.", refused=True)
     if request.arguments is not None:
         problem = _args_problem(request.arguments)
         if problem:
@@ -223,7 +234,9 @@ def withdraw(deps: Deps, approval_id: str) -> None:
     """The run was stopped while it waited: the request says so, and nothing resumes."""
     if deps.approvals.decide(approval_id, state=ApprovalState.EXPIRED, by="", arguments=""):
         approval = deps.approvals.get(approval_id)
-        if approval is not None:
+        if approval is not None and approval.kind is ApprovalKind.SPAWN:
+            _edit_request(deps, approval, spawn_approval.withdrawn_text(approval))
+        elif approval is not None:
             head = f"Subagent {approval.label}: `{approval.call.name}`"
             _edit_request(
                 deps, approval, f"{Icon.STOPPED} {head}: the run was stopped before a decision."
@@ -255,7 +268,11 @@ def _edit_request(deps: Deps, approval: ApprovalRecord, text: str) -> None:
 
 
 def resume(deps: Deps, approval: ApprovalRecord) -> None:
-    """Enqueue the job that resumes the run from its saved state (any worker)."""
+    """Enqueue the job that resumes the run from its saved state (any worker); a held
+    spawn starts, or ends if it was denied."""
+    if approval.kind is ApprovalKind.SPAWN:
+        spawn_approval.settle(deps, approval, by=_who(approval.decided_by))
+        return
     record = deps.runs.get(approval.run_id)
     if record is None or record.status.terminal:
         return

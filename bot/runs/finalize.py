@@ -19,6 +19,7 @@ from bot.deps import Deps
 from bot.observe import metric_defs as catalog
 from bot.observe import tracing
 from bot.prices import estimate_cost
+from bot.runs.estimate import sample_of
 from bot.runs.join import after_last_run
 from bot.runs.line import after_slot_freed
 from bot.runs.outfiles import announce_files, out_snapshot
@@ -138,6 +139,7 @@ def end_run(
         metrics=tuple(catalog.run_ended(record, status, ended_at=ended_at)),
         recheck_at=stop.recheck_at if stop is not None else None,
         executor=executor,
+        sample=sample_of(record),  # for the estimates of later spawns (bot.runs.estimate)
     )
     deps.failpoints.hit("run.finalize")
     ended = deps.runs.end(

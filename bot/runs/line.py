@@ -1,8 +1,9 @@
 """The line for subagent slots, as the lifecycle uses it: admit the next runs when a slot
 frees, and tell each waiting run's status card its place (``queued · #3 in line``).
 
-Who gets a slot is decided in Redis (:mod:`bot.store.fair`); this module only calls the
-admission after a terminal transition or a spawn and renders the places it reads.
+Who gets a slot is decided in Redis (:mod:`bot.store.fair`); this module only puts a
+recorded run in line (:func:`enqueue_run`: a spawn, a follow-up, an approved held spawn),
+calls the admission after a terminal transition and renders the places it reads.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 
 from bot.config import Settings
 from bot.deps import Deps
+from bot.runs.naming import run_title
 from bot.store.jobs import RunJobSpec
 from bot.types import RunRecord
 
@@ -37,6 +39,21 @@ def slot_job(settings: Settings, record: RunRecord, *, run_id: str, description:
         session_key=record.session_key,
         per_session=sub.max_concurrent_per_session,
     )
+
+
+def enqueue_run(deps: Deps, record: RunRecord) -> None:
+    """Put a recorded run in its session's line for a subagent slot (it starts at once
+    when one is free); a run that must wait is told its place."""
+    admitted = deps.jobs.enqueue_run(
+        slot_job(
+            deps.settings,
+            record,
+            run_id=record.job_id,
+            description=run_title(record, noun="subagent", name="brief"),
+        )
+    )
+    if record.job_id not in admitted:
+        show_places(deps, from_run=record.job_id)
 
 
 def admit_next(deps: Deps) -> list[str]:

@@ -159,6 +159,7 @@ class Icon(StrEnum):
     EXPIRED = "⌛"
     RESUMED = "↻"
     WAITING = "⏸️"
+    ESTIMATE = "💰"
 
 
 def icon(status: RunStatus | str) -> str:

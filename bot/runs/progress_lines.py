@@ -1,8 +1,8 @@
 """What a run tells its status card: progress lines as in learn-claude-code.
 
-While it works, and when it ends::
+While it works (with its spawn's estimate, :mod:`bot.runs.estimate`), and when it ends::
 
-    ⏳ [explore] Subagent #2 "Django research" — step 3 · 🔧 web_search(django) · 1200 tokens · 5 tools, 3.2s
+    ⏳ [explore] Subagent #2 "Django research" — step 3 · 🔧 web_search(django) · 1200 tokens · 5 tools, 3.2s · 💰 est. ~$0.04 (p90 $0.09)
     ✅ [explore] Subagent #2 "Django research" — success (8 tools, 5.1s)
 
 The worker puts the numbers on each :class:`~bot.store.progress.ProgressEvent` (``tools``,
@@ -16,6 +16,7 @@ answer is ``ANNOUNCE_SKIP`` ends *quiet*: its card goes away instead of reading 
 from __future__ import annotations
 
 from bot.deps import Deps
+from bot.runs.estimate import card_note
 from bot.steps import Meter
 from bot.store.progress import ProgressEvent
 from bot.store.runs import TOOLS_FIELD
@@ -29,14 +30,15 @@ def tally(tools: int, elapsed: float) -> str:
 
 
 def step_event(record: RunRecord, meter: Meter, text: str) -> ProgressEvent:
-    """A progress event for ``text``, with the meter's tool count and elapsed time."""
+    """A progress event for ``text``, with the meter's tool count and elapsed time; its
+    standing note is the meter's (a budget warning), else the spawn's estimate."""
     return ProgressEvent(
         run_id=record.run_id,
         thread=record.thread,
         text=text,
         tools=meter.tool_calls,
         elapsed=meter.elapsed,
-        note=meter.note,
+        note=meter.note or card_note(record),
     )
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.deps import Deps
+from bot.runs.line import enqueue_run
 from bot.runs.naming import run_title
-from bot.runs.spawn import enqueue_run
 from bot.runs.steer_receipts import settle
 from bot.store.receipts import ReceiptState
 from bot.types import RunRecord, RunStatus

@@ -8,7 +8,10 @@ unknown model warns and falls back; a bad thinking value or an unknown type is a
 of its own, i.e. ``subagents.max_run_timeout_seconds``) else ``subagents.run_timeout_seconds``,
 never above that maximum. The context is the request's, else the type's. Whoever spawns (the
 main agent's ``sessions_spawn`` tool, later a chat command) builds a
-:class:`SpawnRequest`; the lifecycle does the rest.
+:class:`SpawnRequest`; the lifecycle does the rest. Each run carries the estimate of recent
+runs of its type and model (:mod:`bot.runs.estimate`); one whose p90 cost is above
+``budgets.approve_above_usd`` waits for a person instead of its line
+(:mod:`bot.runs.spawn_approval`).
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from bot.deps import Deps
 from bot.errors import SpawnRejected
 from bot.observe import record as observed
 from bot.observe import tracing
+from bot.runs.approval_gate import post_request
 from bot.runs.budget import SpawnBudget, spawn_limits
-from bot.runs.line import show_places, slot_job
-from bot.runs.naming import run_title
+from bot.runs.estimate import estimate
+from bot.runs.line import enqueue_run
+from bot.runs.spawn_approval import hold, needs_approval, show_held
 from bot.runs.thread_children import request_thread
 from bot.runs.type_registry import subagent_types
 from bot.sessions import new_child_session_key
@@ -119,13 +124,32 @@ def spawn_run(deps: Deps, request: SpawnRequest, *, known_models: KnownModels) -
         max_tokens=limits.tokens,
         max_cost_usd=limits.usd,
     )
+    record = _estimated(deps, record)
     if not deps.runs.create(record) and record.join_id:
         record = dataclasses.replace(record, join_id="")  # the join had closed meanwhile
     if request.own_thread:
         request_thread(deps, record)
-    enqueue_run(deps, record)
+    _start_or_ask(deps, record)
     observed.run_spawned(deps, record)
     return record
+
+
+def _estimated(deps: Deps, record: RunRecord) -> RunRecord:
+    """``record`` with its estimate from recent runs of its type and model, held for a
+    person's approval when that is above ``budgets.approve_above_usd``
+    (:mod:`bot.runs.spawn_approval`)."""
+    est = estimate(deps.estimates.samples(record.subagent_type, record.model))
+    record = dataclasses.replace(record, estimate=est.to_json())
+    return hold(deps, record, est) if needs_approval(deps.settings, est) else record
+
+
+def _start_or_ask(deps: Deps, record: RunRecord) -> None:
+    """Put the run in line; a held one asks for its approval instead."""
+    if not record.approval_id:
+        enqueue_run(deps, record)
+        return
+    show_held(deps, record)
+    post_request(deps, record.approval_id)
 
 
 def _budget_ask(request: SpawnRequest) -> SpawnBudget:
@@ -217,18 +241,3 @@ def _new_record(
         depth=request.depth,
         traceparent=tracing.traceparent(),
     )
-
-
-def enqueue_run(deps: Deps, record: RunRecord) -> None:
-    """Put a recorded run in its session's line for a subagent slot (it starts at once
-    when one is free); a run that must wait is told its place."""
-    admitted = deps.jobs.enqueue_run(
-        slot_job(
-            deps.settings,
-            record,
-            run_id=record.job_id,
-            description=run_title(record, noun="subagent", name="brief"),
-        )
-    )
-    if record.job_id not in admitted:
-        show_places(deps, from_run=record.job_id)

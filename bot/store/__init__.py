@@ -38,6 +38,8 @@ module               owner on ``Deps``    what it owns
 ``lost_jobs``        ``lost_jobs``        when each job RQ lost was first seen lost
 ``metrics``          ``metrics``          cluster-wide counters and histograms, and the
                                           updates this process keeps until it writes them
+``estimates``        ``estimates``        recent runs' spend per type and model (spawn
+                                          estimates)
 ``owner``                                 what every owner keeps: client, keys, scripts
 ===================  ===================  ==================================================
 """

@@ -30,6 +30,14 @@ class ApprovalState(enum.StrEnum):
     EXPIRED = "expired"
 
 
+class ApprovalKind(enum.StrEnum):
+    """What waits: a parked run's tool call, or a spawn held before it starts (its cost
+    estimate is above ``budgets.approve_above_usd``: :mod:`bot.runs.spawn_approval`)."""
+
+    TOOL = "tool"
+    SPAWN = "spawn"
+
+
 @dataclass(frozen=True, kw_only=True)
 class PendingCall:
     """One tool call the model asked for (JSON-able, for the approval record)."""
@@ -56,6 +64,8 @@ class ApprovalRecord:
         arguments: The arguments to run the call with (edited ones when approved with new).
         created_at: When the run parked.
         due_at: When no answer means deny.
+        kind: A tool call, or a held spawn (whose ``calls`` is its ``sessions_spawn``).
+        detail: What the request shows besides the call (a spawn: its estimate).
     """
 
     approval_id: str
@@ -70,6 +80,8 @@ class ApprovalRecord:
     created_at: float = 0.0
     due_at: float = 0.0
     label: str = field(default="")
+    kind: ApprovalKind = ApprovalKind.TOOL
+    detail: str = ""
 
     @property
     def call(self) -> PendingCall:
@@ -95,6 +107,8 @@ def encode(record: ApprovalRecord) -> dict[str, str]:
         "created_at": str(record.created_at),
         "due_at": str(record.due_at),
         "label": record.label,
+        "kind": record.kind.value,
+        "detail": record.detail,
     }
 
 
@@ -113,6 +127,8 @@ def decode(raw: dict[str, str]) -> ApprovalRecord:
         created_at=float(raw.get("created_at") or 0),
         due_at=float(raw.get("due_at") or 0),
         label=raw.get("label", ""),
+        kind=ApprovalKind(raw.get("kind") or ApprovalKind.TOOL),
+        detail=raw.get("detail", ""),
     )
 
 

@@ -1,4 +1,4 @@
-"""The finalize script: a run's terminal transition, one atomic Lua script over eight owners.
+"""The finalize script: a run's terminal transition, one atomic Lua script over nine owners.
 
 Every path that ends a run (the job, RQ's callbacks, the reaper, a stop) calls it; only
 the first call changes anything. The decision is the script's compare-and-set of the run's
@@ -26,6 +26,9 @@ step               owner (fragment)                   writes
 ``apply_metrics``  :mod:`bot.store.metrics`           the run's end in the cluster's metrics
 ``leave_join``     :mod:`bot.store.joins`             the run leaves its fan-in, firing it if it
                                                       was the last pending run
+``record_sample``  :mod:`bot.store.estimates`         what the run spent, for the estimates of
+                   (``RECORD_SAMPLE``)                later spawns of its type and model (laid
+                                                      out last, called before ``leave_join``)
 =================  =================================  ==========================================
 
 Returns 0 when the run had ended already (nothing after the decision ran), 1 when this
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 
 import redis
 
+from bot.store.estimates import RECORD_SAMPLE
 from bot.store.fair import FREE_SLOT
 from bot.store.history import APPEND_HISTORY
 from bot.store.joins import LEAVE_JOIN
@@ -64,6 +68,7 @@ class FinalizeParts:
     progress: Part
     metrics: Part
     join: Part
+    sample: Part
 
     def ordered(self) -> tuple[Part, ...]:
         return (
@@ -75,6 +80,7 @@ class FinalizeParts:
             self.progress,
             self.metrics,
             self.join,
+            self.sample,
         )
 
 
@@ -89,6 +95,7 @@ def steps(end_run: Fragment) -> tuple[Fragment, ...]:
         FINAL_PROGRESS,
         APPLY_METRICS,
         LEAVE_JOIN,
+        RECORD_SAMPLE,
     )
 
 
@@ -99,13 +106,13 @@ def assemble(end_run: Fragment) -> str:
         extra = "tools" if fragment is FINAL_PROGRESS else ""
         calls.append(call(fragment, key_at=key_at, arg_at=arg_at, extra=extra))
         key_at, arg_at = key_at + fragment.keys, arg_at + fragment.args
-    recheck, end, announce, history, slot, progress, metrics, join = calls
+    recheck, end, announce, history, slot, progress, metrics, join, sample = calls
     body = (
         f"{recheck}\n"
         f"local ended, tools, inbox, receipts = {end}\n"
         "if ended == 0 then return {0, {}, {}} end\n"
         f"{announce}\n{history}\n{slot}\n"
-        f"{progress}\n{metrics}\n"
+        f"{progress}\n{metrics}\n{sample}\n"
         f"return {{1 + {join}, inbox, receipts}}\n"
     )
     return "".join(fragment.lua for fragment in steps(end_run)) + body

@@ -21,6 +21,7 @@ import redis
 
 from bot.keys import Keys, glob_escape
 from bot.store import as_text
+from bot.store.estimates import Sample, sample_part
 from bot.store.fair import free_slot_part
 from bot.store.finalize_script import FinalizeParts, FinalizeScript
 from bot.store.history import append_history_part
@@ -278,6 +279,8 @@ class Finalization:
         metrics: The metric updates of the run's end.
         executor: The job of the attempt ending it ("" = not an attempt's own end): it
             ends nothing once a later attempt executes the run.
+        sample: What the run adds to its type's and model's spawn estimates (None:
+            nothing; :mod:`bot.store.estimates`).
     """
 
     status: RunStatus
@@ -293,6 +296,7 @@ class Finalization:
     quiet: bool = False
     metrics: tuple[Update, ...] = ()
     executor: str = ""
+    sample: Sample | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -652,6 +656,12 @@ class RunsRegistry(RedisOwner):
                 run_id=record.run_id,
                 now=outcome.ended_at,
                 grace=join_grace,
+            ),
+            sample=sample_part(
+                self.keys,
+                subagent_type=record.subagent_type,
+                model=record.model,
+                sample=outcome.sample,
             ),
         )
 

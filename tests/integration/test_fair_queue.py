@@ -19,7 +19,7 @@ from bot.runs.approval_gate import resume
 from bot.runs.finalize import finalize_run
 from bot.runs.line import show_places
 from bot.runs.stop import stop_run
-from bot.store.approvals import ApprovalRecord
+from bot.store.approvals import ApprovalKind, ApprovalRecord
 from bot.store.jobs import SUBAGENTS_QUEUE
 from bot.store.progress import decode as decode_progress
 from bot.store.runs import Finalization
@@ -258,7 +258,8 @@ def parked_for_approval(deps: Deps) -> RunRecord:
 
 def decide(deps: Deps, run: RunRecord) -> None:
     """Its approval decided: the resume job ``approval-ab12cd34`` joins the line."""
-    resume(deps, cast(ApprovalRecord, SimpleNamespace(run_id=run.run_id, approval_id="ab12cd34")))
+    approval = SimpleNamespace(run_id=run.run_id, approval_id="ab12cd34", kind=ApprovalKind.TOOL)
+    resume(deps, cast(ApprovalRecord, approval))
 
 
 def test_the_sweep_leaves_the_slot_of_an_admitted_resume_job_alone(deps: Deps) -> None:

@@ -23,7 +23,11 @@ def test_the_body_lays_the_fragments_out_in_order() -> None:
     assert "ARGV[21]}, tools)" in lua  # the tool count end_run read from the run's hash
     assert "apply_metrics({KEYS[13], KEYS[14]}, {ARGV[22]})" in lua
     assert "return {1 + leave_join({KEYS[15], KEYS[16], KEYS[17], KEYS[18]}" in lua
-    assert sum(f.keys for f in steps(END_RUN)) == 18
+    # the estimates' sample: laid out last, called before the join's return
+    assert (
+        "record_sample({KEYS[19]}, {ARGV[27], ARGV[28], ARGV[29]})\nreturn {1 + leave_join" in lua
+    )
+    assert sum(f.keys for f in steps(END_RUN)) == 19
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@
 written into the tree) and sized so the whole directory stays well under a minute. A
 failure is shrunk once (one bug at a time, no explain phase), so even a failing run of
 the costlier properties ends well within the suite's per-test timeout.
-``fuzz-deep``: random seeds and ten times the examples, for bug hunting by hand.
+``fuzz-deep``: random seeds and twenty times the examples, for bug hunting by hand.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ _QUICK_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phas
 
 settings.register_profile(
     "fuzz",
-    max_examples=200,
+    max_examples=100,
     deadline=None,
     derandomize=True,
     database=None,

@@ -1,4 +1,4 @@
-"""Approvals: tool calls of parked runs waiting for a person (the owner of ``{p}approval:*``
+"""Approvals: tool calls of parked runs and turns waiting for a person (the owner of ``{p}approval:*``
 and ``{p}approvals:due``).
 
 An approval moves ``pending -> approved | denied | expired`` exactly once: :meth:`decide`
@@ -41,11 +41,14 @@ class PendingCall:
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalRecord:
-    """A tool call waiting for (or past) a person's decision.
+    """A tool call waiting for (or past) a person's decision. It belongs to a parked run
+    (``run_id``) or a parked main-agent turn (``reply_key``): one gate for every caller
+    (docs/architecture.md, "Approvals: one gate").
 
     Attributes:
         approval_id: Short id people type (``!approve <id>``).
-        run_id: The parked run.
+        run_id: The parked run ("" for a turn).
+        reply_key: The parked turn (:attr:`bot.store.jobs.TurnJob.reply_key`; "" for a run).
         thread: Where the request was posted.
         requester: Qualified ``platform:user`` who started the run (may decide).
         calls: The call waiting for approval first, then the calls of the same model step
@@ -70,6 +73,12 @@ class ApprovalRecord:
     created_at: float = 0.0
     due_at: float = 0.0
     label: str = field(default="")
+    reply_key: str = ""
+
+    @property
+    def for_turn(self) -> bool:
+        """It holds a main-agent turn (not a run)."""
+        return bool(self.reply_key)
 
     @property
     def call(self) -> PendingCall:
@@ -95,6 +104,7 @@ def encode(record: ApprovalRecord) -> dict[str, str]:
         "created_at": str(record.created_at),
         "due_at": str(record.due_at),
         "label": record.label,
+        "reply_key": record.reply_key,
     }
 
 
@@ -113,6 +123,7 @@ def decode(raw: dict[str, str]) -> ApprovalRecord:
         created_at=float(raw.get("created_at") or 0),
         due_at=float(raw.get("due_at") or 0),
         label=raw.get("label", ""),
+        reply_key=raw.get("reply_key", ""),
     )
 
 

@@ -25,6 +25,7 @@ from rq.timeouts import BaseTimeoutException
 from bot.agent.tools.json_schema import schema_problem
 from bot.errors import ConfigError, RunInterrupted, ToolError
 from bot.text.clip import cut_note
+from bot.text.untrusted import untrusted
 
 if TYPE_CHECKING:
     from bot.agent.context import ToolContext
@@ -63,6 +64,9 @@ class Tool:
         repeat_safe: Running it twice does no harm (it only reads): a call in flight when
             its worker was lost is run again in the run's next attempt rather than
             reported as interrupted (:mod:`bot.agent.resume`).
+        untrusted_output: What it returns comes from outside (a page, a file, an MCP
+            server, another session): the model gets it wrapped as untrusted data
+            (:func:`bot.text.untrusted.untrusted`), never as instructions.
     """
 
     name: str
@@ -72,6 +76,7 @@ class Tool:
     schema_json: Mapping[str, Any] | None = None
     configure: Callable[[Settings], Tool] | None = None
     repeat_safe: bool = False
+    untrusted_output: bool = False
 
     def configured(self, settings: Settings) -> Tool:
         """The tool for ``settings`` (itself unless it has ``configure``)."""
@@ -100,8 +105,13 @@ def execute_tool(
     tools: Mapping[str, Tool], *, name: str, arguments: str, ctx: ToolContext, max_chars: int
 ) -> str:
     """Run one tool call and return the text the model sees, at most ``max_chars`` long
-    (plus a note); error texts are bounded too."""
-    return _bounded(_execute(tools, name=name, arguments=arguments, ctx=ctx), max_chars)
+    (plus a note); error texts are bounded too. The result of a tool whose output comes
+    from outside is wrapped as untrusted data (the one place that decides it)."""
+    text = _bounded(_execute(tools, name=name, arguments=arguments, ctx=ctx), max_chars)
+    tool = tools.get(name)
+    if tool is not None and tool.untrusted_output and not text.startswith("error: "):
+        return untrusted(name, text)
+    return text
 
 
 def _execute(tools: Mapping[str, Tool], *, name: str, arguments: str, ctx: ToolContext) -> str:

@@ -25,7 +25,6 @@ from rq.timeouts import BaseTimeoutException
 from bot.agent.tools.json_schema import schema_problem
 from bot.errors import ConfigError, RunInterrupted, ToolError
 from bot.text.clip import cut_note
-from bot.text.untrusted import untrusted
 
 if TYPE_CHECKING:
     from bot.agent.context import ToolContext
@@ -65,8 +64,8 @@ class Tool:
             its worker was lost is run again in the run's next attempt rather than
             reported as interrupted (:mod:`bot.agent.resume`).
         untrusted_output: What it returns comes from outside (a page, a file, an MCP
-            server, another session): the model gets it wrapped as untrusted data
-            (:func:`bot.text.untrusted.untrusted`), never as instructions.
+            server, another session): the tool loop hands it to the model wrapped as
+            untrusted data (:func:`bot.text.untrusted.untrusted`), never as instructions.
     """
 
     name: str
@@ -105,13 +104,8 @@ def execute_tool(
     tools: Mapping[str, Tool], *, name: str, arguments: str, ctx: ToolContext, max_chars: int
 ) -> str:
     """Run one tool call and return the text the model sees, at most ``max_chars`` long
-    (plus a note); error texts are bounded too. The result of a tool whose output comes
-    from outside is wrapped as untrusted data (the one place that decides it)."""
-    text = _bounded(_execute(tools, name=name, arguments=arguments, ctx=ctx), max_chars)
-    tool = tools.get(name)
-    if tool is not None and tool.untrusted_output and not text.startswith("error: "):
-        return untrusted(name, text)
-    return text
+    (plus a note); error texts are bounded too."""
+    return _bounded(_execute(tools, name=name, arguments=arguments, ctx=ctx), max_chars)
 
 
 def _execute(tools: Mapping[str, Tool], *, name: str, arguments: str, ctx: ToolContext) -> str:

@@ -114,7 +114,9 @@ def test_the_main_agent_write_file_waits_for_approve_then_writes_and_answers(
     assert bob is not None
     refused = decide(deps, bob, platform="console", user_id="bob")
     assert refused.refused and "only the person who asked" in refused.text
-    request = parse_decision(f'!approve {approval_id} {{"file_path": "direct.txt", "content": "hi"}}')
+    request = parse_decision(
+        f'!approve {approval_id} {{"file_path": "direct.txt", "content": "hi"}}'
+    )
     assert request is not None
     answer = decide(deps, request, platform="console", user_id="alice")
     assert not answer.refused, answer.text
@@ -143,7 +145,9 @@ def test_a_denied_call_gets_the_denial_and_the_turn_answers(redis_url: str) -> N
     request = parse_decision(f"!deny {approval_id}")
     assert request is not None
     assert not decide(deps, request, platform="console", user_id="alice").refused
-    text = execute_turn(deps, model, resume_job(deps, approval_id), job_id=RESUME_PREFIX + approval_id)
+    text = execute_turn(
+        deps, model, resume_job(deps, approval_id), job_id=RESUME_PREFIX + approval_id
+    )
     assert deps.workspace.get_text(SESSION, "/direct.txt") is None
     assert text == "done: 2 | error: denied by @alice; the call did not run | 4"
     assert replies(deps, job) == [text]
@@ -156,7 +160,9 @@ def test_no_answer_in_time_denies_and_resumes_the_turn(redis_url: str) -> None:
     job = turn("m3")
     approval_id = parked(deps, model, job)
     assert expire_due(deps, now=deps.approvals.get(approval_id).due_at + 1) == [approval_id]  # type: ignore[union-attr]
-    text = execute_turn(deps, model, resume_job(deps, approval_id), job_id=RESUME_PREFIX + approval_id)
+    text = execute_turn(
+        deps, model, resume_job(deps, approval_id), job_id=RESUME_PREFIX + approval_id
+    )
     assert "nobody answered in time" in text
     assert deps.workspace.get_text(SESSION, "/direct.txt") is None
     deps.close()

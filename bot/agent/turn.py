@@ -116,6 +116,7 @@ def execute_turn(
         attempt=job.attempt,
         payload=job.model_dump(mode="json"),
         lease_seconds=deps.settings.subagents.stale_after_seconds,
+        resumes=bool(job.approval_id),
     )
     if recorded is None:
         log.info("turn %s: job %s is not its attempt any more", job.reply_key, job_id)

@@ -206,15 +206,19 @@ class TurnAttempts(RedisOwner):
         attempt: int,
         payload: Mapping[str, Any],
         lease_seconds: float,
+        resumes: bool = False,
         now: float | None = None,
     ) -> list[dict[str, Any]] | None:
         """Take the turn's lease for ``job_id`` and return what earlier attempts recorded
         (``[]`` for a first attempt); None when ``job_id`` is not the turn's attempt: a
-        later one superseded it, or the turn answered already."""
+        later one superseded it, or the turn answered already. ``resumes``: the job goes
+        on with a parked turn (an approval's resume), never a first attempt: it needs the
+        turn's entry naming it."""
         now = time.time() if now is None else now
         entry = _entry(job_id, attempt, RUNNING, now, payload)
         lease_ms = int(lease_seconds * 1000)
-        args = [reply_key, job_id, attempt, entry, repr(now), lease_ms, self.ttl_seconds]
+        first = attempt if not resumes else max(2, attempt)
+        args = [reply_key, job_id, first, entry, repr(now), lease_ms, self.ttl_seconds]
         keys = [self.keys.turns_in_flight, self.keys.turn_lease(reply_key)]
         raw = self._begin(keys=[*keys, self.keys.turn_steps(reply_key)], args=args)
         if raw is None:

@@ -10,12 +10,14 @@ arguments) and answers; ``!deny`` gives the call its denial and the turn still a
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from bot.agent.turn import execute_turn
+from bot.agent.turn_recover import reap_turns
 from bot.config import Settings
 from bot.deps import Deps
 from bot.runs.approval_gate import RESUME_PREFIX, decide, expire_due, parse_decision
@@ -90,6 +92,9 @@ def parked(deps: Deps, model: FunctionModel, job: TurnJob) -> str:
     assert [c.name for c in approval.calls] == ["write_file", "calculate"]
     assert deps.turn_attempts.parked_on(job.reply_key) == approval_id
     assert not deps.turn_attempts.lease_alive(job.reply_key)  # its job ended
+    # a parked turn has no worker to lose: the reaper leaves it, however long it waits
+    assert reap_turns(deps, now=time.time() + 86_400) == []
+    assert deps.turn_attempts.parked_on(job.reply_key) == approval_id
     return approval_id
 
 
@@ -134,6 +139,25 @@ def test_the_main_agent_write_file_waits_for_approve_then_writes_and_answers(
     # a second decision finds it decided, and nothing runs twice
     again = decide(deps, request, platform="console", user_id="alice")
     assert again.refused and again.text.startswith("Already decided")
+    assert execute_turn(deps, model, resumed, job_id=RESUME_PREFIX + approval_id) == ""
+    assert replies(deps, job) == [text]
+    deps.close()
+
+
+def test_a_resume_whose_enqueue_was_lost_is_queued_by_the_reaper(redis_url: str) -> None:
+    deps = deps_for(redis_url)
+    model = FunctionModel(ScriptedModel().on(lambda r: True, script))
+    job = turn("m4")
+    approval_id = parked(deps, model, job)
+    request = parse_decision(f"!approve {approval_id}")
+    assert request is not None
+    assert not decide(deps, request, platform="console", user_id="alice").refused
+    deps.jobs.fetch(RESUME_PREFIX + approval_id).delete()  # type: ignore[union-attr]
+    assert reap_turns(deps, now=time.time() + 60) == [job.reply_key]
+    text = execute_turn(
+        deps, model, resume_job(deps, approval_id), job_id=RESUME_PREFIX + approval_id
+    )
+    assert text == "done: 2 | Wrote /direct.txt (5 B) | 4"
     deps.close()
 
 

@@ -75,3 +75,17 @@ def test_every_main_agent_prompt_carries_the_rule() -> None:
     assert system_prompt(Settings(), "main").endswith(RULE)
     custom = Settings(agents={"main": {"system_prompt": "Be brief."}})  # type: ignore[dict-item]
     assert system_prompt(custom, "main") == f"Be brief.\n\n{RULE}"
+
+
+def test_a_resumed_turn_counts_the_spawns_its_steps_made() -> None:
+    from bot.agent.turn import spawned_in
+
+    call = {"id": "c1", "type": "function", "function": {"name": "sessions_spawn"}}
+    other = {"id": "c3", "type": "function", "function": {"name": "calculate"}}
+    steps = [
+        {"role": "assistant", "content": "", "tool_calls": [call, {**call, "id": "c2"}, other]},
+        {"role": "tool", "tool_call_id": "c1", "content": '{"status": "accepted", "runId": "r1"}'},
+        {"role": "tool", "tool_call_id": "c2", "content": "error: at most 1 spawns per turn"},
+        {"role": "tool", "tool_call_id": "c3", "content": '{"status": "accepted", "runId": "x"}'},
+    ]
+    assert spawned_in(steps) == ["r1"]

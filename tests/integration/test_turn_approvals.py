@@ -190,3 +190,36 @@ def test_no_answer_in_time_denies_and_resumes_the_turn(redis_url: str) -> None:
     assert "nobody answered in time" in text
     assert deps.workspace.get_text(SESSION, "/direct.txt") is None
     deps.close()
+
+
+def test_a_resume_job_whose_worker_died_goes_on_in_a_new_attempt(redis_url: str) -> None:
+    """The approval's resume job lost its worker before it recorded the approved call's
+    result: the next attempt reports that call as interrupted (outcome unknown: never run
+    twice on a guess, never asked again), runs the rest of the step and answers once."""
+    deps = deps_for(redis_url)
+    model = FunctionModel(ScriptedModel().on(lambda r: True, script))
+    job = turn("m5")
+    approval_id = parked(deps, model, job)
+    request = parse_decision(f"!approve {approval_id}")
+    assert request is not None
+    assert not decide(deps, request, platform="console", user_id="alice").refused
+    resumed = resume_job(deps, approval_id)
+    job_id = RESUME_PREFIX + approval_id
+    recorded = deps.turn_attempts.begin(
+        job.reply_key, job_id=job_id, attempt=resumed.attempt,
+        payload=resumed.model_dump(mode="json"), lease_seconds=5, resumes=True,
+    )  # fmt: skip
+    assert recorded is not None  # it began, then its worker died
+    got = deps.turn_attempts.decide(
+        job.reply_key, dead_job=job_id, stop_flag=deps.keys.turn_stop(SESSION),
+        max_resumes=2, why="test",
+    )  # fmt: skip
+    assert got.job_id == f"{job_id}-r2" and got.payload is not None
+    again = TurnJob.model_validate({**got.payload, "attempt": got.attempt})
+    text = execute_turn(deps, model, again, job_id=got.job_id)
+    assert deps.workspace.get_text(SESSION, "/direct.txt") is None  # never ran: not asked again
+    assert text.startswith("done: 2 | error: this call was interrupted")
+    assert text.endswith("| 4") and replies(deps, job) == [text]
+    asked = [m for m in outbox(deps) if m.get("actions")]
+    assert len(asked) == 1  # one request, never a second
+    deps.close()

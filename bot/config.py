@@ -333,7 +333,7 @@ class ToolPolicy(_Section):
     )
     require_approval: list[str] = Field(
         default_factory=list,
-        description="Tools (fnmatch) a subagent run may call only once approved.",
+        description="Tools (fnmatch) any agent, main or subagent, may call only once approved.",
     )
 
 

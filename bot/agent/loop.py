@@ -21,6 +21,7 @@ from bot.errors import RunDeadline
 from bot.observe import tracing
 from bot.runs.naming import Icon
 from bot.steps import LoopControl, LoopResult, Message, Meter
+from bot.text.untrusted import untrusted
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +155,19 @@ def _run_call(
             f"characters; the limit is {kept:,}) and were cut, so the call did not run"
         )
     with tracing.span(f"execute_tool {call.name}", {"gen_ai.tool.name": call.name}):
-        return execute_tool(
+        text = execute_tool(
             by_name, name=call.name, arguments=call.arguments, ctx=ctx, max_chars=max_chars
         )
+    return as_model_sees(by_name.get(call.name), call.name, text)
+
+
+def as_model_sees(tool: Tool | None, name: str, text: str) -> str:
+    """A tool result as the model gets it (pure): the output of a tool marked
+    ``untrusted_output`` wrapped as untrusted data, the one place that decides it
+    (docs/architecture.md, "Untrusted content"); fanbot's own error texts stay bare."""
+    if tool is not None and tool.untrusted_output and not text.startswith("error: "):
+        return untrusted(name, text)
+    return text
 
 
 def _before_step(control: LoopControl, messages: list[Message]) -> None:

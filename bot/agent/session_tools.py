@@ -187,6 +187,7 @@ SESSION_TOOLS_LIST: tuple[Tool, ...] = (
         args=HistoryArgs,
         run=_history,
         repeat_safe=True,
+        untrusted_output=True,
     ),
     Tool(
         name="sessions_send",

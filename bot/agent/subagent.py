@@ -26,8 +26,9 @@ from typing import Any
 import openai
 
 from bot.agent import structured
-from bot.agent.completion import ChatModel, ToolCallRequest
+from bot.agent.completion import ChatModel
 from bot.agent.context import ToolContext
+from bot.agent.gated import approved_call, decided_step, gate_for
 from bot.agent.loop import Gate, run_calls, run_loop
 from bot.agent.model_errors import model_error_text
 from bot.agent.resume import pending_step, steps_taken
@@ -37,14 +38,14 @@ from bot.agent.tools import Tool
 from bot.agent.tools.mcp import McpPool
 from bot.deps import Deps
 from bot.errors import ModelCallFailed, RunFailed, RunParked
-from bot.runs.approval_gate import denied_result, needs_approval, park_for
+from bot.runs.approval_gate import park_for
 from bot.runs.join import continuation_prompt, may_nest, plan_run_join
 from bot.runs.render import ANNOUNCE_SKIP
 from bot.runs.send import continuation
 from bot.runs.type_registry import system_prompt
 from bot.steps import LoopControl, LoopResult, Meter
-from bot.store.approvals import ApprovalState, PendingCall
 from bot.text.clip import clip
+from bot.text.untrusted import RULE as UNTRUSTED_RULE
 from bot.types import RunContext, RunRecord
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,9 @@ class SubagentBody:
     def __call__(self, record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
         deps = self.deps
         sub_type = subagent_types(deps.settings)[record.subagent_type]
-        system = system_prompt(deps.settings, record.subagent_type)
+        system = "\n\n".join(
+            p for p in (system_prompt(deps.settings, record.subagent_type), UNTRUSTED_RULE) if p
+        )
         if sub_type.output_schema is not None:
             system += structured.instructions(sub_type.output_schema)
         if self.resume_join:
@@ -109,10 +112,11 @@ class SubagentBody:
             tools += [t.configured(deps.settings) for t in SESSION_TOOLS_LIST if t.name in NEST]
         max_steps = deps.settings.openai.max_steps
 
-        def gate(calls: Sequence[ToolCallRequest]) -> None:
-            if needs_approval(deps.settings, sub_type, calls[0].name):
-                pending = [PendingCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls]
-                park_for(deps, record, pending, text=meter.last_text)
+        gate = gate_for(
+            deps.settings,
+            sub_type,
+            lambda pending: park_for(deps, record, pending, text=meter.last_text),
+        )
 
         def loop(steps: int) -> LoopResult:
             return run_loop(
@@ -139,7 +143,7 @@ class SubagentBody:
         try:
             answered = None
             if self.resume_approval:
-                _decided_step(
+                decided_step(
                     deps, self.resume_approval, gate=gate, tools=tools, ctx=ctx,
                     messages=messages, meter=meter, control=control,
                 )  # fmt: skip
@@ -166,39 +170,6 @@ class SubagentBody:
             text = model_error_text(exc, base_url=base_url, model=record.model, detail=True)
             timed_out = isinstance(exc, openai.APITimeoutError)
             raise ModelCallFailed(text, timed_out=timed_out) from exc
-
-
-def _decided_step(
-    deps: Deps,
-    approval_id: str,
-    *,
-    gate: Gate,
-    tools: Sequence[Tool],
-    ctx: ToolContext,
-    messages: list[Message],
-    meter: Meter,
-    control: LoopControl,
-) -> None:
-    """Finish the step a run parked in: the decided call runs (with the approved
-    arguments) or gets its denial as result, then the calls after it run through the gate."""
-    approval = deps.approvals.get(approval_id)
-    if approval is None:
-        raise RunFailed(f"approval {approval_id} is gone; the run cannot go on")
-    limit = deps.settings.subagents.max_result_chars
-    call = approval.call
-    if approval.state is ApprovalState.APPROVED:
-        decided = [ToolCallRequest(id=call.id, name=call.name, arguments=approval.arguments)]
-        run_calls(decided, tools=tools, ctx=ctx, messages=messages, meter=meter,
-                  control=control, max_tool_chars=limit)  # fmt: skip
-    else:
-        denial = {"role": "tool", "tool_call_id": call.id, "content": denied_result(approval)}
-        messages.append(denial)
-        control.record(denial)
-    rest = [
-        ToolCallRequest(id=c.id, name=c.name, arguments=c.arguments) for c in approval.calls[1:]
-    ]
-    run_calls(rest, tools=tools, ctx=ctx, messages=messages, meter=meter, control=control,
-              max_tool_chars=limit, gate=gate)  # fmt: skip
 
 
 def has_task(messages: Sequence[Mapping[str, Any]], record: RunRecord) -> bool:
@@ -248,7 +219,7 @@ def _lost_step(
         meter.tool_calls = max(0, meter.tool_calls - 1)
     limit = deps.settings.subagents.max_result_chars
     calls = list(pending.calls)
-    approved = _approved(deps, record, calls[0]) if pending.repeated else None
+    approved = approved_call(deps, record.approval_id, calls[0]) if pending.repeated else None
     if approved is not None:  # a person approved it: it runs again, not asked again
         run_calls([approved], tools=tools, ctx=ctx, messages=messages, meter=meter,
                   control=control, max_tool_chars=limit)  # fmt: skip
@@ -256,17 +227,6 @@ def _lost_step(
     run_calls(calls, tools=tools, ctx=ctx, messages=messages, meter=meter,
               control=control, max_tool_chars=limit, gate=gate)  # fmt: skip
     return None
-
-
-def _approved(deps: Deps, record: RunRecord, call: ToolCallRequest) -> ToolCallRequest | None:
-    """``call``, with the arguments a person approved, if the run's approval decided it
-    (the lost attempt was the approval's resume job); None otherwise."""
-    approval = deps.approvals.get(record.approval_id) if record.approval_id else None
-    if approval is None or approval.state is not ApprovalState.APPROVED:
-        return None
-    if approval.call.id != call.id:
-        return None
-    return ToolCallRequest(id=call.id, name=call.name, arguments=approval.arguments)
 
 
 NEST = frozenset({"sessions_spawn"})

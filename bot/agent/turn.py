@@ -2,10 +2,17 @@
 
 The job wire contract is :class:`bot.store.jobs.TurnJob` (JSON). The reply and the history
 update are written in one transaction, so a turn is either fully visible or not at all.
+
+Its tool calls pass the one approval gate (:mod:`bot.agent.gated`): a call that needs a
+person parks the turn (its steps stay recorded, its job ends and frees its worker and its
+session's lane) and the request goes to the thread; the decision queues the turn's resume
+job (``approval_id`` set), which finishes the step and goes on to the answer
+(docs/architecture.md, "Approvals: one gate").
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -19,7 +26,8 @@ from rq.timeouts import BaseTimeoutException, JobTimeoutException
 from bot.agent import policy
 from bot.agent.completion import ChatModel
 from bot.agent.context import ToolContext
-from bot.agent.loop import LoopControl, Meter, run_calls, run_loop
+from bot.agent.gated import approved_call, decided_step, gate_for
+from bot.agent.loop import Gate, LoopControl, Meter, run_calls, run_loop
 from bot.agent.model_errors import model_error_text
 from bot.agent.resume import PendingStep, pending_step, steps_taken
 from bot.agent.session_tools import SESSION_TOOLS_LIST
@@ -28,15 +36,18 @@ from bot.agent.tools import Tool
 from bot.agent.tools.mcp import McpPool
 from bot.config import Settings
 from bot.deps import Deps
-from bot.errors import BudgetExceeded, RunInterrupted
+from bot.errors import BudgetExceeded, RunInterrupted, RunParked
 from bot.observe import tracing
+from bot.runs.approval_gate import RESUME_PREFIX, park_turn, post_request
 from bot.runs.budget import over_daily, turn_guard
 from bot.runs.join import JoinPlan, chain_exhausted, continuation_prompt, plan_join, seal_join
 from bot.runs.naming import Icon
 from bot.sessions import qualified_user
+from bot.store.approvals import ApprovalState
 from bot.store.jobs import TurnJob
 from bot.supervise import abort
 from bot.text.clip import clip_markdown
+from bot.text.untrusted import RULE as UNTRUSTED_RULE
 from bot.types import Outbound, OutboundKind, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -75,12 +86,12 @@ def main_agent_tools(
 
 
 def system_prompt(settings: Settings, agent_id: str) -> str:
-    """The agent's configured prompt, else the default one for the fan-in mode."""
+    """The agent's configured prompt, else the default one for the fan-in mode; either way
+    followed by the untrusted-content rule."""
     configured = settings.agent(agent_id).system_prompt
-    if configured:
-        return configured
     fan_in = FAN_IN_OFF if settings.subagents.announce == "cards" else FAN_IN_ON
-    return DEFAULT_SYSTEM_PROMPT.format(fan_in=fan_in)
+    prompt = configured or DEFAULT_SYSTEM_PROMPT.format(fan_in=fan_in)
+    return f"{prompt}\n\n{UNTRUSTED_RULE}"
 
 
 def execute_turn(
@@ -97,7 +108,7 @@ def execute_turn(
     flight answered as interrupted unless its tool is safe to repeat."""
     thread = ThreadRef.from_json(job.thread)
     job_id = job_id or f"local-{job.message_id}"
-    if job.attempt == 1:  # before it is in flight: an old /stop never stops its next attempt
+    if job.attempt == 1 and not job.approval_id:  # an old /stop never stops its next attempt
         deps.stops.clear_turn_stop(job.session_key)
     recorded = deps.turn_attempts.begin(
         job.reply_key,
@@ -105,12 +116,13 @@ def execute_turn(
         attempt=job.attempt,
         payload=job.model_dump(mode="json"),
         lease_seconds=deps.settings.subagents.stale_after_seconds,
+        resumes=bool(job.approval_id),
     )
     if recorded is None:
         log.info("turn %s: job %s is not its attempt any more", job.reply_key, job_id)
         return ""
     with turn_lease(deps, job.reply_key, job_id):
-        return _execute(deps, model, job, thread, recorded, mcp)
+        return _execute(deps, model, job, thread, recorded, mcp, job_id=job_id)
 
 
 def _execute(
@@ -120,6 +132,8 @@ def _execute(
     thread: ThreadRef,
     recorded: list[dict[str, Any]],
     mcp: McpPool | None,
+    *,
+    job_id: str,
 ) -> str:
     history = deps.history.load(job.session_key)
     user_message = recorded[0] if recorded else None
@@ -147,13 +161,59 @@ def _execute(
         join=plan,
         chain_exhausted=chain_exhausted(deps.settings, job),
         turn_message=str(user_message.get("content") or "") if job.kind == "message" else "",
+        spawned=spawned_in(steps),
     )
     try:
-        text = _answer(deps, model, job, messages, ctx, mcp, steps=steps)
+        text = _answer(deps, model, job, messages, ctx, mcp, steps=steps, job_id=job_id)
+    except RunParked as parked:
+        _park(deps, job, job_id, parked.approval_id)
+        return ""  # not sealed: the resumed turn may still spawn into its fan-in
+    except BaseException:
+        _seal(deps, plan)
+        raise
+    try:
         _commit(deps, job, thread, user_message, text)
     finally:
         _seal(deps, plan)
     return text
+
+
+def _park(deps: Deps, job: TurnJob, job_id: str, approval_id: str) -> None:
+    """The turn waits for a person: mark it parked (its job ends now, freeing the worker and
+    the session's lane) and post the request. A job that is no longer the turn's attempt
+    withdraws the approval it just made, unasked."""
+    keep = deps.settings.approvals.timeout_seconds + deps.turn_attempts.ttl_seconds
+    if not deps.turn_attempts.park(
+        job.reply_key, job_id=job_id, approval_id=approval_id, keep_seconds=keep
+    ):
+        deps.approvals.decide(approval_id, state=ApprovalState.EXPIRED, by="", arguments="")
+        log.info("turn %s: job %s is not its attempt any more", job.reply_key, job_id)
+        return
+    post_request(deps, approval_id)
+    log.info("turn %s parked on approval %s", job.reply_key, approval_id)
+
+
+def spawned_in(steps: list[dict[str, Any]]) -> list[str]:
+    """The runs the recorded steps of this turn spawned (pure): an attempt that goes on
+    (after an approval or a lost worker) counts them against ``max_spawns_per_turn``."""
+    spawn_calls = {
+        str(c.get("id"))
+        for m in steps
+        if m.get("role") == "assistant"
+        for c in m.get("tool_calls") or ()
+        if isinstance(c, dict) and (c.get("function") or {}).get("name") == "sessions_spawn"
+    }
+    found = []
+    for m in steps:
+        if m.get("role") != "tool" or str(m.get("tool_call_id")) not in spawn_calls:
+            continue
+        try:
+            answer = json.loads(str(m.get("content") or ""))
+        except ValueError:
+            continue
+        if isinstance(answer, dict) and answer.get("status") == "accepted":
+            found.append(str(answer.get("runId") or ""))
+    return found
 
 
 @contextmanager
@@ -237,6 +297,7 @@ def _answer(
     mcp: McpPool | None,
     *,
     steps: list[dict[str, Any]],
+    job_id: str,
 ) -> str:
     meter = Meter()
 
@@ -256,11 +317,29 @@ def _answer(
         record=lambda message: deps.turn_attempts.record(job.reply_key, [message]),
     )
     max_tool_chars = deps.settings.subagents.max_result_chars
+    gate = gate_for(
+        deps.settings,
+        None,
+        lambda calls: park_turn(
+            deps,
+            reply_key=job.reply_key,
+            thread=ctx.thread,
+            requester=ctx.requester,
+            calls=calls,
+            text=meter.last_text,
+        ),
+    )
     try:
-        pending = _pending(tools, steps)
-        if pending.answer_seen:  # it had answered; only its commit was lost
-            return pending.answered.strip() or "(no answer)"
-        _finish_step(pending, tools, ctx, messages, meter, control, max_tool_chars)
+        if job.approval_id and job_id == RESUME_PREFIX + job.approval_id:
+            decided_step(deps, job.approval_id, gate=gate, tools=tools, ctx=ctx,
+                         messages=messages, meter=meter, control=control)  # fmt: skip
+        else:
+            pending = _pending(tools, steps)
+            if pending.answer_seen:  # it had answered; only its commit was lost
+                return pending.answered.strip() or "(no answer)"
+            _finish_step(
+                deps, job, pending, tools, ctx, messages, meter, control, max_tool_chars, gate
+            )
         result = run_loop(
             model=model,
             model_name=agent.model or deps.settings.openai.model,
@@ -271,6 +350,7 @@ def _answer(
             meter=meter,
             control=control,
             max_tool_chars=max_tool_chars,
+            gate=gate,
         )
     except BudgetExceeded as exc:
         return _with_spawns(str(exc), ctx)
@@ -300,6 +380,8 @@ def _pending(tools: list[Tool], steps: list[dict[str, Any]]) -> PendingStep:
 
 
 def _finish_step(
+    deps: Deps,
+    job: TurnJob,
     pending: PendingStep,
     tools: list[Tool],
     ctx: ToolContext,
@@ -307,24 +389,26 @@ def _finish_step(
     meter: Meter,
     control: LoopControl,
     max_tool_chars: int,
+    gate: Gate,
 ) -> None:
     """Complete the step an earlier attempt was in when its worker died: the call in
-    flight answered as interrupted (or run again if safe), the calls after it run."""
+    flight answered as interrupted (or run again if safe: a call a person approved runs
+    with the approved arguments, not asked again), the calls after it run through the
+    gate."""
     for note in pending.interrupted:
         messages.append(note)
         control.record(note)
     if pending.names:
         log.warning("turn resumed: the call to %s was interrupted", ", ".join(pending.names))
-    if pending.calls:
-        run_calls(
-            pending.calls,
-            tools=tools,
-            ctx=ctx,
-            messages=messages,
-            meter=meter,
-            control=control,
-            max_tool_chars=max_tool_chars,
-        )
+    calls = list(pending.calls)
+    approved = approved_call(deps, job.approval_id, calls[0]) if pending.repeated else None
+    if approved is not None:
+        run_calls([approved], tools=tools, ctx=ctx, messages=messages, meter=meter,
+                  control=control, max_tool_chars=max_tool_chars)  # fmt: skip
+        calls = calls[1:]
+    if calls:
+        run_calls(calls, tools=tools, ctx=ctx, messages=messages, meter=meter,
+                  control=control, max_tool_chars=max_tool_chars, gate=gate)  # fmt: skip
 
 
 def _aborted(deps: Deps, job: TurnJob, ctx: ToolContext) -> str:

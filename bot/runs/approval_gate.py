@@ -1,16 +1,21 @@
-"""Approvals (human in the loop): a run that reaches a tool call needing a person parks,
-asks in its thread, and goes on as a new job once someone decides (or time runs out).
+"""Approvals (human in the loop), one gate for every tool call: a subagent run or a
+main-agent turn (a continuation too) that reaches a tool call needing a person parks, asks
+in its thread, and goes on as a new job once someone decides (or time runs out)
+(docs/architecture.md, "Approvals: one gate").
 
 The flow, each step a function here:
 
-1. :func:`needs_approval` (pure) tells the tool loop's gate which calls wait.
-2. :func:`park_for` records the approval (the call and the rest of its step) and raises
-   :class:`~bot.errors.RunParked`; the lifecycle parks the run, frees its slot and then
-   :func:`post_request` puts the request with its buttons in the outbox.
+1. :func:`needs_approval` (pure) is the one policy: it tells every tool loop's gate
+   (:func:`bot.agent.gated.gate_for`) which calls wait, whoever calls.
+2. :func:`park_for` (a run) or :func:`park_turn` (a turn) records the approval (the call
+   and the rest of its step) and raises :class:`~bot.errors.RunParked`; the run's
+   lifecycle parks the run and frees its slot, a turn's marks it parked and ends its job
+   (its lane frees); then :func:`post_request` puts the request with its buttons in the
+   outbox.
 3. :func:`decide` (a person, from any adapter: a button press or ``!approve <id>``) or
    :func:`expire_due` (the maintenance sweep) settles it once, edits the request to the
-   outcome and enqueues the resume job; :func:`denied_result` is the tool result a denied
-   call gets.
+   outcome and enqueues the resume job (:func:`resume`: the run's, or the turn's on its
+   session's lane); :func:`denied_result` is the tool result a denied call gets.
 
 Parsing, authorization and all texts are pure (:func:`parse_decision`, :func:`may_decide`,
 :func:`request_text`, :func:`outcome_text`).
@@ -40,8 +45,9 @@ from bot.runs.access import Actor, may_control
 from bot.runs.line import slot_job
 from bot.runs.naming import Icon, run_title
 from bot.store.approvals import ApprovalKind, ApprovalRecord, ApprovalState, PendingCall
+from bot.store.jobs import TurnJob
 from bot.text.units import duration
-from bot.types import Action, Outbound, OutboundKind, RunRecord
+from bot.types import Action, Outbound, OutboundKind, RunRecord, ThreadRef
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +57,9 @@ ARGS_PREVIEW = 600
 
 
 def needs_approval(settings: Settings, sub_type: SubagentType | None, tool: str) -> bool:
-    """Whether a subagent run must ask before calling ``tool`` (pure): the global
-    ``tools.require_approval`` patterns, or its type's ``require_approval``."""
+    """Whether a call of ``tool`` must wait for a person (pure): the global
+    ``tools.require_approval`` patterns, for every caller (a main-agent turn passes no
+    ``sub_type``), or a subagent type's ``require_approval``."""
     patterns = list(settings.tools.require_approval)
     if sub_type is not None:
         if sub_type.require_approval is True:
@@ -64,22 +71,65 @@ def needs_approval(settings: Settings, sub_type: SubagentType | None, tool: str)
 
 def park_for(deps: Deps, record: RunRecord, calls: Sequence[PendingCall], *, text: str) -> NoReturn:
     """Record the approval ``calls[0]`` needs and park the run (raises RunParked)."""
-    now = time.time()
-    approval = ApprovalRecord(
-        approval_id=secrets.token_hex(4),
-        run_id=record.run_id,
+    approval = _create(
+        deps,
         thread=record.thread,
         requester=record.requester,
-        calls=tuple(calls),
-        created_at=now,
-        due_at=now + deps.settings.approvals.timeout_seconds,
+        calls=calls,
+        run_id=record.run_id,
         label=run_title(record, noun="", name="raw")[:80],
     )
-    deps.approvals.create(approval)
     log.info(
         "run %s waits for approval %s (%s)", record.run_id, approval.approval_id, calls[0].name
     )
     raise RunParked(text, rounds=record.rounds, approval_id=approval.approval_id)
+
+
+def park_turn(
+    deps: Deps,
+    *,
+    reply_key: str,
+    thread: ThreadRef,
+    requester: str,
+    calls: Sequence[PendingCall],
+    text: str,
+) -> NoReturn:
+    """Record the approval ``calls[0]`` of a main-agent turn needs (raises RunParked: the
+    turn marks itself parked and ends its job, :func:`bot.agent.turn.execute_turn`)."""
+    approval = _create(deps, thread=thread, requester=requester, calls=calls, reply_key=reply_key)
+    log.info("turn %s waits for approval %s (%s)", reply_key, approval.approval_id, calls[0].name)
+    raise RunParked(text, rounds=0, approval_id=approval.approval_id)
+
+
+def _create(
+    deps: Deps,
+    *,
+    thread: ThreadRef,
+    requester: str,
+    calls: Sequence[PendingCall],
+    run_id: str = "",
+    reply_key: str = "",
+    label: str = "",
+) -> ApprovalRecord:
+    now = time.time()
+    approval = ApprovalRecord(
+        approval_id=secrets.token_hex(4),
+        run_id=run_id,
+        reply_key=reply_key,
+        thread=thread,
+        requester=requester,
+        calls=tuple(calls),
+        created_at=now,
+        due_at=now + deps.settings.approvals.timeout_seconds,
+        label=label,
+    )
+    deps.approvals.create(approval)
+    return approval
+
+
+def subject(approval: ApprovalRecord) -> str:
+    """Who asks (pure): ``Subagent #1 calc``, or the main agent for a turn."""
+    return "The agent" if approval.for_turn else f"Subagent {approval.label}"
 
 
 def request_text(approval: ApprovalRecord, *, timeout_s: int) -> str:
@@ -88,7 +138,7 @@ def request_text(approval: ApprovalRecord, *, timeout_s: int) -> str:
         return spawn_approval.request_text(approval, timeout_s=timeout_s)
     call = approval.call
     return (
-        f"{Icon.APPROVAL} Subagent {approval.label} wants to run `{call.name}`:\n"
+        f"{Icon.APPROVAL} {subject(approval)} wants to run `{call.name}`:\n"
         f"```\n{_preview(call.arguments)}\n```\n"
         f"Approve or deny (id `{approval.approval_id}`, no answer in "
         f"{duration(timeout_s, style='exact')} means deny). Reply `!approve {approval.approval_id} "
@@ -125,7 +175,7 @@ def outcome_text(approval: ApprovalRecord) -> str:
     if approval.kind is ApprovalKind.SPAWN:
         return spawn_approval.outcome_text(approval, by=_who(approval.decided_by))
     call = approval.call
-    head = f"Subagent {approval.label}: `{call.name}`"
+    head = f"{subject(approval)}: `{call.name}`"
     if approval.state is ApprovalState.APPROVED:
         edited = " with edited arguments" if approval.arguments != call.arguments else ""
         return f"{Icon.APPROVED} {head} approved{edited} by {_who(approval.decided_by)}."
@@ -172,10 +222,19 @@ def may_decide(
     *,
     platform: str,
     user_id: str,
+    turn_waits: bool = False,
 ) -> str:
-    """ "" when ``platform:user_id`` may decide (an admin or the run's requester), else the
-    polite refusal (pure)."""
+    """ "" when ``platform:user_id`` may decide (an admin or the run's requester; for a
+    turn's approval, ``turn_waits`` for it, the person who asked), else the polite refusal
+    (pure)."""
     actor = Actor(platform=platform, user_id=user_id, admins=settings.admins)
+    if approval.for_turn:
+        if not turn_waits:
+            return "That answer is no longer waiting; there is nothing left to decide."
+        same = actor.platform == approval.thread.platform
+        if same and (actor.is_admin or (actor.user_id and approval.requester == actor.qualified)):
+            return ""
+        return "Sorry, only the person who asked or an admin can approve or deny this."
     if run is None or run.status.terminal:
         return "That run has ended; there is nothing left to decide."
     if may_control(actor, run, verb="decide").allowed:
@@ -198,8 +257,13 @@ def decide(deps: Deps, request: DecisionRequest, *, platform: str, user_id: str)
         return Answer(text=f"No approval `{request.approval_id}`.", refused=True)
     if approval.state is not ApprovalState.PENDING:
         return Answer(text=f"Already decided: {outcome_text(approval)}", refused=True)
+    run = deps.runs.get(approval.run_id) if approval.run_id else None
+    waits = (
+        approval.for_turn
+        and deps.turn_attempts.parked_on(approval.reply_key) == approval.approval_id
+    )
     refusal = may_decide(
-        deps.settings, approval, deps.runs.get(approval.run_id), platform=platform, user_id=user_id
+        deps.settings, approval, run, platform=platform, user_id=user_id, turn_waits=waits
     )
     if refusal:
         return Answer(text=refusal, refused=True)
@@ -237,7 +301,7 @@ def withdraw(deps: Deps, approval_id: str) -> None:
         if approval is not None and approval.kind is ApprovalKind.SPAWN:
             _edit_request(deps, approval, spawn_approval.withdrawn_text(approval))
         elif approval is not None:
-            head = f"Subagent {approval.label}: `{approval.call.name}`"
+            head = f"{subject(approval)}: `{approval.call.name}`"
             _edit_request(
                 deps, approval, f"{Icon.STOPPED} {head}: the run was stopped before a decision."
             )
@@ -268,10 +332,13 @@ def _edit_request(deps: Deps, approval: ApprovalRecord, text: str) -> None:
 
 
 def resume(deps: Deps, approval: ApprovalRecord) -> None:
-    """Enqueue the job that resumes the run from its saved state (any worker); a held
-    spawn starts, or ends if it was denied."""
+    """Enqueue the job that resumes the run (or the turn) from its saved state (any
+    worker); a held spawn starts, or ends if it was denied."""
     if approval.kind is ApprovalKind.SPAWN:
         spawn_approval.settle(deps, approval, by=_who(approval.decided_by))
+        return
+    if approval.for_turn:
+        _resume_turn(deps, approval)
         return
     record = deps.runs.get(approval.run_id)
     if record is None or record.status.terminal:
@@ -290,6 +357,22 @@ def resume(deps: Deps, approval: ApprovalRecord) -> None:
         job_id=job_id,
         approval_id=approval.approval_id,
     )
+
+
+def _resume_turn(deps: Deps, approval: ApprovalRecord) -> None:
+    """Mark the parked turn queued under its resume job (fenced: once) and queue that job on
+    the session's turn lane; it goes on from the turn's recorded steps. A process lost
+    between the two leaves the mark, and the reaper queues the job
+    (:func:`bot.agent.turn_recover.reap_turns`)."""
+    job_id = RESUME_PREFIX + approval.approval_id
+    payload = deps.turn_attempts.unpark(
+        approval.reply_key, approval_id=approval.approval_id, job_id=job_id
+    )
+    if payload is None:
+        return
+    turn = TurnJob.model_validate(payload)
+    deps.jobs.enqueue_turn(turn, job_id=job_id, timeout=deps.settings.turn_timeout_seconds)
+    log.info("turn %s resumes after approval %s", approval.reply_key, approval.approval_id)
 
 
 def _args_problem(text: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 from bot.runs.naming import icon, run_title
 from bot.text.clip import clip
 from bot.text.units import duration, tokens
+from bot.text.untrusted import untrusted
 from bot.types import ResultFormat, RunRecord, RunStatus
 
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
@@ -125,9 +126,10 @@ def history_note(
     """What the main agent sees of the result in its next turn (at most ``max_chars`` of
     result, like any history entry)."""
     body = clip(result.strip(), max_chars, wording="result") if result.strip() else "(no result)"
+    source = f"subagent-{record.seq}" if record.seq else "subagent"
     return (
         f"[{run_title(record, kind='after')} ended: "
-        f"{status.value}; run {record.run_id[:8]}]\n{body}"
+        f"{status.value}; run {record.run_id[:8]}]\n{untrusted(source, body)}"
     )
 
 

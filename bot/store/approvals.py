@@ -1,4 +1,4 @@
-"""Approvals: tool calls of parked runs waiting for a person (the owner of ``{p}approval:*``
+"""Approvals: tool calls of parked runs and turns waiting for a person (the owner of ``{p}approval:*``
 and ``{p}approvals:due``).
 
 An approval moves ``pending -> approved | denied | expired`` exactly once: :meth:`decide`
@@ -49,11 +49,14 @@ class PendingCall:
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalRecord:
-    """A tool call waiting for (or past) a person's decision.
+    """A tool call waiting for (or past) a person's decision. It belongs to a parked run
+    (``run_id``) or a parked main-agent turn (``reply_key``): one gate for every caller
+    (docs/architecture.md, "Approvals: one gate").
 
     Attributes:
         approval_id: Short id people type (``!approve <id>``).
-        run_id: The parked run.
+        run_id: The parked run ("" for a turn).
+        reply_key: The parked turn (:attr:`bot.store.jobs.TurnJob.reply_key`; "" for a run).
         thread: Where the request was posted.
         requester: Qualified ``platform:user`` who started the run (may decide).
         calls: The call waiting for approval first, then the calls of the same model step
@@ -82,6 +85,12 @@ class ApprovalRecord:
     label: str = field(default="")
     kind: ApprovalKind = ApprovalKind.TOOL
     detail: str = ""
+    reply_key: str = ""
+
+    @property
+    def for_turn(self) -> bool:
+        """It holds a main-agent turn (not a run)."""
+        return bool(self.reply_key)
 
     @property
     def call(self) -> PendingCall:
@@ -109,6 +118,7 @@ def encode(record: ApprovalRecord) -> dict[str, str]:
         "label": record.label,
         "kind": record.kind.value,
         "detail": record.detail,
+        "reply_key": record.reply_key,
     }
 
 
@@ -129,6 +139,7 @@ def decode(raw: dict[str, str]) -> ApprovalRecord:
         label=raw.get("label", ""),
         kind=ApprovalKind(raw.get("kind") or ApprovalKind.TOOL),
         detail=raw.get("detail", ""),
+        reply_key=raw.get("reply_key", ""),
     )
 
 

@@ -85,6 +85,9 @@ class TurnJob(BaseModel):
     attempt: int = Field(1, ge=1)
     """Which attempt at the turn this job is: 1, or more when earlier attempts lost their
     worker (:mod:`bot.store.turn_attempts`; absent from older payloads: 1)."""
+    approval_id: str = ""
+    """Set on a turn that parked for a tool call's approval and now resumes: the decided
+    approval (docs/architecture.md, "Approvals: one gate")."""
 
     @property
     def reply_key(self) -> str:

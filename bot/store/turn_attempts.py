@@ -8,8 +8,10 @@ every attempt. While an attempt executes it holds:
   payload}``): the job executing it (or queued to), which attempt that is, and the turn's
   wire payload (a string of JSON, so the scripts never re-encode it). ``state`` is
   ``running`` (an attempt executes it), ``queued`` (its next attempt is decided, its job
-  queued or about to be), or ``lost``/``stopped`` (it is not run again: its closing line is
-  due). The turn's commit deletes the entry in its reply's transaction, so a turn that
+  queued or about to be), ``parked`` (a tool call waits for a person's approval, named by
+  ``approval``: no job holds it, nothing reaps it; the decision queues its resume job, see
+  docs/architecture.md, "Approvals: one gate"), or ``lost``/``stopped`` (it is not run
+  again: its closing line is due). The turn's commit deletes the entry in its reply's transaction, so a turn that
   answered is never run again;
 - a lease key (expires ``stale_after_seconds`` after its last refresh): proof that a worker
   still executes it;
@@ -42,6 +44,7 @@ RUNNING = "running"
 QUEUED = "queued"
 LOST = "lost"
 STOPPED = "stopped"
+PARKED = "parked"
 
 _BEGIN = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -102,6 +105,40 @@ entry the dead job would have written had it begun ("" = none known). Returns ``
 attempt, job, payload}``: see :class:`TurnVerdict`."""
 
 
+_PARK = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return 0 end
+local e = cjson.decode(cur)
+if e.job ~= ARGV[2] or e.state ~= 'running' then return 0 end
+e.state = 'parked'
+e.approval = ARGV[3]
+e.since = tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(e))
+redis.call('DEL', KEYS[2])
+redis.call('EXPIRE', KEYS[3], ARGV[5])
+return 1
+"""
+"""KEYS: the in-flight hash, the turn's lease, its steps. ARGV: the reply key, the job
+parking it, the approval, now, how long its steps are kept. 1 when parked."""
+
+_UNPARK = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return 0 end
+local e = cjson.decode(cur)
+if e.state ~= 'parked' or e.approval ~= ARGV[2] then return 0 end
+e.state = 'queued'
+e.job = ARGV[3]
+e.since = tonumber(ARGV[4])
+e.payload = ARGV[5]
+e.approval = nil
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(e))
+redis.call('EXPIRE', KEYS[2], ARGV[6])
+return 1
+"""
+"""KEYS: the in-flight hash, the turn's steps. ARGV: the reply key, the decided approval,
+the resume job, now, the resume job's payload, the steps' TTL. 1 when it is to be queued."""
+
+
 class TurnVerdict(enum.IntEnum):
     """What :meth:`TurnAttempts.decide` decided."""
 
@@ -135,6 +172,8 @@ class InFlight:
     state: str
     since: float
     payload: dict[str, Any]
+    approval: str = ""
+    """The approval a ``parked`` turn waits for."""
 
 
 class TurnAttempts(RedisOwner):
@@ -149,6 +188,8 @@ class TurnAttempts(RedisOwner):
 
     _begin = Lua(_BEGIN)
     _decide = Lua(_DECIDE)
+    _park = Lua(_PARK)
+    _unpark = Lua(_UNPARK)
 
     def __init__(
         self, *, redis: redis.Redis, keys: Keys, max_chars: int = 100_000, ttl_seconds: int = 4200
@@ -165,15 +206,19 @@ class TurnAttempts(RedisOwner):
         attempt: int,
         payload: Mapping[str, Any],
         lease_seconds: float,
+        resumes: bool = False,
         now: float | None = None,
     ) -> list[dict[str, Any]] | None:
         """Take the turn's lease for ``job_id`` and return what earlier attempts recorded
         (``[]`` for a first attempt); None when ``job_id`` is not the turn's attempt: a
-        later one superseded it, or the turn answered already."""
+        later one superseded it, or the turn answered already. ``resumes``: the job goes
+        on with a parked turn (an approval's resume), never a first attempt: it needs the
+        turn's entry naming it."""
         now = time.time() if now is None else now
         entry = _entry(job_id, attempt, RUNNING, now, payload)
         lease_ms = int(lease_seconds * 1000)
-        args = [reply_key, job_id, attempt, entry, repr(now), lease_ms, self.ttl_seconds]
+        first = attempt if not resumes else max(2, attempt)
+        args = [reply_key, job_id, first, entry, repr(now), lease_ms, self.ttl_seconds]
         keys = [self.keys.turns_in_flight, self.keys.turn_lease(reply_key)]
         raw = self._begin(keys=[*keys, self.keys.turn_steps(reply_key)], args=args)
         if raw is None:
@@ -251,29 +296,71 @@ class TurnAttempts(RedisOwner):
 
     def in_flight(self) -> list[InFlight]:
         """Every turn in flight (bounded by the turns executing or queued to resume)."""
-        found = []
-        for key, raw in self.redis.hgetall(self.keys.turns_in_flight).items():
-            try:
-                e = json.loads(raw)
-                found.append(
-                    InFlight(
-                        reply_key=as_text(key),
-                        job_id=str(e["job"]),
-                        attempt=int(e["attempt"]),
-                        state=str(e["state"]),
-                        since=float(e["since"]),
-                        payload=json.loads(e["payload"]),
-                    )
-                )
-            except (ValueError, KeyError, TypeError):
-                continue  # malformed: nothing any attempt could act on
-        return found
+        raw = self.redis.hgetall(self.keys.turns_in_flight)
+        found = (_in_flight(as_text(key), value) for key, value in raw.items())
+        return [entry for entry in found if entry is not None]
 
     def get(self, reply_key: str) -> InFlight | None:
-        return next((e for e in self.in_flight() if e.reply_key == reply_key), None)
+        raw = self.redis.hget(self.keys.turns_in_flight, reply_key)
+        return None if raw is None else _in_flight(reply_key, raw)
+
+    def park(
+        self,
+        reply_key: str,
+        *,
+        job_id: str,
+        approval_id: str,
+        keep_seconds: float,
+        now: float | None = None,
+    ) -> bool:
+        """The attempt ``job_id`` parks the turn on ``approval_id``: its job ends, its lease
+        goes, its steps are kept ``keep_seconds`` (past the approval's deadline). False when
+        ``job_id`` is not (any more) the turn's running attempt."""
+        now = time.time() if now is None else now
+        keys = [self.keys.turns_in_flight, self.keys.turn_lease(reply_key)]
+        keys.append(self.keys.turn_steps(reply_key))
+        args = [reply_key, job_id, approval_id, repr(now), max(1, int(keep_seconds))]
+        return bool(self._park(keys=keys, args=args))
+
+    def unpark(
+        self, reply_key: str, *, approval_id: str, job_id: str, now: float | None = None
+    ) -> dict[str, Any] | None:
+        """The turn parked on ``approval_id`` is decided: mark it ``queued`` under the resume
+        job ``job_id`` (its payload carries the approval); returns that payload to queue, or
+        None when the turn is not parked on it (decided already, or gone)."""
+        now = time.time() if now is None else now
+        entry = self.get(reply_key)
+        if entry is None or entry.state != PARKED or entry.approval != approval_id:
+            return None
+        payload = {**entry.payload, "approval_id": approval_id}
+        keys = [self.keys.turns_in_flight, self.keys.turn_steps(reply_key)]
+        args = [reply_key, approval_id, job_id, repr(now), json.dumps(payload), self.ttl_seconds]
+        return payload if self._unpark(keys=keys, args=args) else None
+
+    def parked_on(self, reply_key: str) -> str:
+        """The approval the turn waits for ("" when it is not parked)."""
+        entry = self.get(reply_key)
+        return entry.approval if entry is not None and entry.state == PARKED else ""
 
     def lease_alive(self, reply_key: str) -> bool:
         return bool(self.redis.exists(self.keys.turn_lease(reply_key)))
+
+
+def _in_flight(reply_key: str, raw: Any) -> InFlight | None:
+    """One entry as read (None when malformed: nothing any attempt could act on)."""
+    try:
+        e = json.loads(raw)
+        return InFlight(
+            reply_key=reply_key,
+            job_id=str(e["job"]),
+            attempt=int(e["attempt"]),
+            state=str(e["state"]),
+            since=float(e["since"]),
+            payload=json.loads(e["payload"]),
+            approval=str(e.get("approval") or ""),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _entry(job_id: str, attempt: int, state: str, since: float, payload: Mapping[str, Any]) -> str:

@@ -100,6 +100,8 @@ def test_tools_are_offered_as_server__tool_with_the_servers_schema(tools: dict[s
     assert schema["description"] == "Add two integers."
     assert schema["parameters"]["required"] == ["a", "b"]
     assert schema["parameters"]["properties"]["a"]["type"] == "integer"
+    # an MCP server is outside: the loop hands its results to the model as untrusted data
+    assert all(t.untrusted_output for t in tools.values())
 
 
 @pytest.mark.parametrize("server", ["calc", "web"])

@@ -106,4 +106,5 @@ def test_history_note_names_the_run() -> None:
     assert note.startswith(
         '[Subagent #2 "Django research" (researcher) ended: success; run 01234567]'
     )
-    assert note.endswith("\nR")
+    # another run's result reaches the main agent as untrusted data
+    assert note.endswith('\n<untrusted source="subagent-2">\nR\n</untrusted>')

@@ -63,6 +63,9 @@ class Tool:
         repeat_safe: Running it twice does no harm (it only reads): a call in flight when
             its worker was lost is run again in the run's next attempt rather than
             reported as interrupted (:mod:`bot.agent.resume`).
+        untrusted_output: What it returns comes from outside (a page, a file, an MCP
+            server, another session): the tool loop hands it to the model wrapped as
+            untrusted data (:func:`bot.text.untrusted.untrusted`), never as instructions.
     """
 
     name: str
@@ -72,6 +75,7 @@ class Tool:
     schema_json: Mapping[str, Any] | None = None
     configure: Callable[[Settings], Tool] | None = None
     repeat_safe: bool = False
+    untrusted_output: bool = False
 
     def configured(self, settings: Settings) -> Tool:
         """The tool for ``settings`` (itself unless it has ``configure``)."""

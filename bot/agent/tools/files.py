@@ -257,6 +257,7 @@ def file_tools(settings: Settings) -> list[Tool]:
              description="List the files and directories directly under a workspace directory "
              "(the workspace is shared with the main agent and its other subagents)."),
         Tool(name="read_file", args=ReadFileArgs, run=_read_file, repeat_safe=True,
+             untrusted_output=True,
              description="Read a text file from the workspace, numbered like `cat -n`; use "
              "offset and limit to page through long files."),
         Tool(name="write_file", args=WriteFileArgs, run=_write_file,
@@ -266,6 +267,7 @@ def file_tools(settings: Settings) -> list[Tool]:
              description="Replace exact text in a workspace file. old_string must occur once "
              "unless replace_all is true; copy it from read_file without the line numbers."),
         Tool(name="grep", args=GrepArgs, run=_grep, repeat_safe=True,
+             untrusted_output=True,
              description="Find literal text in workspace files; output_mode "
              "files_with_matches (default), content (path:line:text) or count."),
     ]  # fmt: skip

@@ -107,6 +107,7 @@ def _tool(
         run=McpCall(server_name, server, tool.name, pool),
         schema_json=schema,
         repeat_safe=_repeat_safe(tool),
+        untrusted_output=True,
     )
 
 

@@ -68,6 +68,7 @@ def web_tools(
                 _web_fetch, fetcher, fetch_cap(settings), settings.web.parse_timeout_seconds
             ),
             repeat_safe=True,
+            untrusted_output=True,
         )
     ]
     if settings.search.configured:
@@ -80,6 +81,7 @@ def web_tools(
                 args=WebSearchArgs,
                 run=partial(_web_search, searcher, settings.search.max_results),
                 repeat_safe=True,
+                untrusted_output=True,
             )
         )
     return tools

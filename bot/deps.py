@@ -40,6 +40,7 @@ from bot.store.stops import Stops
 from bot.store.threads import ThreadBindings
 from bot.store.transcripts import TranscriptStore
 from bot.store.turn_attempts import TurnAttempts
+from bot.store.usage import Usage
 from bot.store.workspace import Limits, Workspace
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class Deps:
     dead_letters: DeadLetters
     lost_jobs: LostJobs
     metrics: MetricsStore
+    usage: Usage
     failpoints: Failpoints = field(default_factory=Failpoints)
     """Where a fault test makes this process die (``FANBOT_FAILPOINTS``; none by default)."""
 
@@ -129,6 +131,7 @@ class Deps:
             dead_letters=DeadLetters(redis=client, keys=keys),
             lost_jobs=LostJobs(redis=client, keys=keys),
             metrics=metrics,
+            usage=Usage(redis=client, keys=keys),
             failpoints=Failpoints.from_env(),
         )
 

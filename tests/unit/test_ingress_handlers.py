@@ -88,7 +88,7 @@ def test_the_order_is_the_documented_one() -> None:
         "bound thread",
         "turn",
     ]
-    assert [h.name for h in ingress().handlers if not h.final] == ["cut note"]
+    assert [h.name for h in ingress().handlers if not h.final] == ["message limit", "cut note"]
 
 
 ALLOW_U1 = Settings(slack={"allow_users": ["U1"]})  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from bot.commands.router import CommandRequest
 from bot.commands.spawn_command import SpawnAsk, leading_flags, parse_type_and_task, words_after
 from bot.errors import FanbotError
 from bot.runs.naming import Icon
-from bot.runs.quota import admit_schedule, schedule_failed, schedule_made
+from bot.runs.quota import admit_schedule, schedule_failed, schedule_made, schedule_removed
 from bot.runs.recurring import (
     add_schedule,
     may_schedule,
@@ -151,4 +151,5 @@ def handle_unschedule(req: CommandRequest) -> str:
         return f"I can't remove schedule #{found.schedule_id}: {decision.reason}"
     if not req.deps.schedules.remove(found.schedule_id):
         return f"Schedule #{found.schedule_id} was just removed by someone else."
+    schedule_removed(req.deps, found.requester, found.schedule_id)
     return f"{Icon.REMOVED} Removed schedule #{found.schedule_id} ({every_from_text(found.every).describe()}): {found.task}"

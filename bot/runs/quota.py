@@ -139,3 +139,9 @@ def schedule_made(deps: Deps, requester: str, token: str, schedule_id: str) -> N
 
 def schedule_failed(deps: Deps, requester: str, token: str) -> None:
     deps.usage.release(schedule_places(deps, requester), token)
+
+
+def schedule_removed(deps: Deps, requester: str, schedule_id: str) -> None:
+    """Free the place of a removed schedule now (else the next check frees it once its
+    grace has passed)."""
+    deps.usage.release(schedule_places(deps, requester), schedule_id)

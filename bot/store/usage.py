@@ -9,10 +9,10 @@ check is one Lua script, so two processes never both take the last place.
   window also takes that window's notice marker, so it alone is answered.
 * Places (:meth:`Usage.reserve`): a sorted set per person / session of what holds a place
   (run ids; schedule ids), scored by when the place was taken. Before counting, a member
-  older than ``grace`` seconds that is no longer live (a run that ended: not in
-  ``runs:active``; a schedule removed: not in ``schedules``) is dropped, so the sets need no
-  hook at a run's end. The grace covers the moment between taking a place and recording
-  what holds it.
+  that is no longer live (a run that ended: not in ``runs:active``; a schedule removed: not
+  in ``schedules``) is dropped, so the sets need no hook at a run's end; one not recorded
+  yet (no ``run:{id}`` / ``schedule:{id}`` hash) is kept for ``grace`` seconds, the moment
+  between taking a place and recording what holds it.
 """
 
 from __future__ import annotations
@@ -43,20 +43,23 @@ return {0, 0}
 
 _RESERVE = """
 -- KEYS[1]: what is live (a set or a zset, ARGV[5]); KEYS[2..]: places, one zset per limit.
--- ARGV: member, now, grace, ttl (0: none), live kind, then one limit per place set.
--- Returns the index (1-based, over the place sets) of the first that is full, or 0 once
--- the member holds a place in each.
+-- ARGV: member, now, grace, ttl (0: none), live kind, record key prefix, then one limit
+-- per place set. Returns the index (1-based, over the place sets) of the first that is
+-- full, or 0 once the member holds a place in each.
 local member, now, grace, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local zlive = ARGV[5] == 'zset'
+local zlive, record = ARGV[5] == 'zset', ARGV[6]
 for i = 2, #KEYS do
-  local old = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', now - grace)
-  for _, m in ipairs(old) do
+  local held = redis.call('ZRANGE', KEYS[i], 0, -1, 'WITHSCORES')
+  for j = 1, #held, 2 do
+    local m, at = held[j], tonumber(held[j + 1])
     local live
     if zlive then live = redis.call('ZSCORE', KEYS[1], m) else
       live = redis.call('SISMEMBER', KEYS[1], m) == 1 end
-    if not live then redis.call('ZREM', KEYS[i], m) end
+    if not live and (at < now - grace or redis.call('EXISTS', record .. m) == 1) then
+      redis.call('ZREM', KEYS[i], m)
+    end
   end
-  local limit = tonumber(ARGV[i + 4])
+  local limit = tonumber(ARGV[i + 5])
   if not redis.call('ZSCORE', KEYS[i], member) and redis.call('ZCARD', KEYS[i]) >= limit then
     return i - 1
   end
@@ -132,11 +135,13 @@ class Usage(RedisOwner):
         bounded = [(i, p) for i, p in enumerate(places) if p.limit > 0]
         if not bounded:
             return None
-        live_key, kind = (
-            (self.keys.active_runs, "set") if live == "runs" else (self.keys.schedules, "zset")
+        live_key, kind, record = (
+            (self.keys.active_runs, "set", self.keys.run(""))
+            if live == "runs"
+            else (self.keys.schedules, "zset", self.keys.schedule(""))
         )
         keys = [live_key, *(p.key for _, p in bounded)]
-        args: list[str | float | int] = [member, now, grace, ttl, kind]
+        args: list[str | float | int] = [member, now, grace, ttl, kind, record]
         args += [p.limit for _, p in bounded]
         full = int(self._reserve(keys=keys, args=args))
         return bounded[full - 1][0] if full else None

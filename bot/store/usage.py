@@ -7,8 +7,9 @@ check is one Lua script, so two processes never both take the last place.
   fixed one-minute window. A message is counted only when every counter has room (a person
   over their own limit does not use up their thread's); the first message over a limit in a
   window also takes that window's notice marker, so it alone is answered.
+  (Fixed windows: a burst straddling a minute's end may get up to twice a limit through.)
 * Places (:meth:`Usage.reserve`): a sorted set per person / session of what holds a place
-  (run ids; schedule ids), scored by when the place was taken. Before counting, a member
+  (run ids; schedule ids), scored by when the place was taken. When a set is full, a member
   that is no longer live (a run that ended: not in ``runs:active``; a schedule removed: not
   in ``schedules``) is dropped, so the sets need no hook at a run's end; one not recorded
   yet (no ``run:{id}`` / ``schedule:{id}`` hash) is kept for ``grace`` seconds, the moment
@@ -29,14 +30,14 @@ _HIT = """
 local n = #KEYS / 2
 local ttl = tonumber(ARGV[1])
 for i = 1, n do
+  local count = redis.call('INCR', KEYS[i])
+  if count == 1 then redis.call('EXPIRE', KEYS[i], ttl) end
   local limit = tonumber(ARGV[i + 1])
-  if limit > 0 and tonumber(redis.call('GET', KEYS[i]) or '0') >= limit then
+  if limit > 0 and count > limit then
+    for j = 1, i do redis.call('DECR', KEYS[j]) end  -- counted only when within every limit
     local first = redis.call('SET', KEYS[n + i], '1', 'NX', 'EX', ttl)
     return {i, first and 1 or 0}
   end
-end
-for i = 1, n do
-  if redis.call('INCR', KEYS[i]) == 1 then redis.call('EXPIRE', KEYS[i], ttl) end
 end
 return {0, 0}
 """
@@ -45,23 +46,26 @@ _RESERVE = """
 -- KEYS[1]: what is live (a set or a zset, ARGV[5]); KEYS[2..]: places, one zset per limit.
 -- ARGV: member, now, grace, ttl (0: none), live kind, record key prefix, then one limit
 -- per place set. Returns the index (1-based, over the place sets) of the first that is
--- full, or 0 once the member holds a place in each.
+-- full, or 0 once the member holds a place in each. A full set is pruned first.
 local member, now, grace, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local zlive, record = ARGV[5] == 'zset', ARGV[6]
-for i = 2, #KEYS do
-  local held = redis.call('ZRANGE', KEYS[i], 0, -1, 'WITHSCORES')
+local function prune(key)
+  local held = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   for j = 1, #held, 2 do
     local m, at = held[j], tonumber(held[j + 1])
     local live
     if zlive then live = redis.call('ZSCORE', KEYS[1], m) else
       live = redis.call('SISMEMBER', KEYS[1], m) == 1 end
     if not live and (at < now - grace or redis.call('EXISTS', record .. m) == 1) then
-      redis.call('ZREM', KEYS[i], m)
+      redis.call('ZREM', key, m)
     end
   end
+end
+for i = 2, #KEYS do
   local limit = tonumber(ARGV[i + 5])
-  if not redis.call('ZSCORE', KEYS[i], member) and redis.call('ZCARD', KEYS[i]) >= limit then
-    return i - 1
+  if redis.call('ZCARD', KEYS[i]) >= limit and not redis.call('ZSCORE', KEYS[i], member) then
+    prune(KEYS[i])
+    if redis.call('ZCARD', KEYS[i]) >= limit then return i - 1 end
   end
 end
 for i = 2, #KEYS do

@@ -706,17 +706,17 @@ class LimitsSettings(_Section):
         "the first one over is answered with when to retry, the rest are dropped.",
     )
     messages_per_minute_per_thread: int = Field(
-        40, ge=0, le=10_000, description="The same, for everyone in one thread or DM together."
+        60, ge=0, le=10_000, description="The same, for everyone in one thread or DM together."
     )
     runs_per_user: int = Field(
-        20,
+        24,
         ge=0,
         le=10_000,
         description="Runs one person may have waiting or running at once (spawned by the "
         "model for them, by /subagents spawn, or by their schedules).",
     )
     runs_per_session: int = Field(
-        40, ge=0, le=10_000, description="Runs one thread may have waiting or running at once."
+        48, ge=0, le=10_000, description="Runs one thread may have waiting or running at once."
     )
     schedules_per_user: int = Field(
         10, ge=0, le=10_000, description="Schedules one person may have at once."

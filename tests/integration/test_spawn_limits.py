@@ -138,7 +138,9 @@ def test_schedules_per_person_are_bounded(deps: Deps) -> None:
     third = command(deps, "/subagents every 2h check c", user="U1")
     assert third.startswith("I can't make that schedule: you already have 2 schedules")
     assert len(deps.schedules.all()) == 2
-    assert command(deps, "/subagents every 2h check d", user="U2").startswith("⏰ Schedule #")  # their own
+    assert command(deps, "/subagents every 2h check d", user="U2").startswith(
+        "⏰ Schedule #"
+    )  # their own
 
     first = deps.schedules.all()[0]
     assert "Removed" in command(deps, f"/subagents unschedule {first.schedule_id}", user="U1")

@@ -48,7 +48,9 @@ class Clock:
         return self.now
 
 
-def make_ingress(deps: Deps, clock: Clock | None = None) -> Ingress:
+def make_ingress(deps: Deps, clock: Clock | None = None, *, fixed: bool = True) -> Ingress:
+    if not fixed:  # the decisions' tests: no window involved
+        return Ingress(deps=deps, router=default_router())
     return Ingress(deps=deps, router=default_router(), clock=clock or Clock())
 
 
@@ -196,7 +198,7 @@ def test_a_decision_from_outside_the_allowlist_is_ignored_like_any_message(
     deps = make_deps(redis_url, telegram={"allow_users": ["U1"]})
     try:
         approval(deps)
-        ingress, send = make_ingress(deps), Sent()
+        ingress, send = make_ingress(deps, fixed=False), Sent()
         assert send(ingress, text, user="INTRUDER").verdict is Verdict.DENIED
         assert send(ingress, "hello", user="INTRUDER").verdict is Verdict.DENIED  # the same
         assert outbox(deps) == []  # no answer: nothing learned about the approval
@@ -209,7 +211,7 @@ def test_a_decision_from_outside_the_allowlist_is_ignored_like_any_message(
 def test_a_decision_from_an_allowed_person_is_answered(redis_url: str) -> None:
     deps = make_deps(redis_url, telegram={"allow_users": ["U1"]})
     try:
-        ingress, send = make_ingress(deps), Sent()
+        ingress, send = make_ingress(deps, fixed=False), Sent()
         assert send(ingress, "!approve 00000000", user="U1").verdict is Verdict.ACCEPT
         assert len(outbox(deps)) == 1  # "no such approval", to the person allowed to ask
     finally:

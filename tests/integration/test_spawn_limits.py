@@ -30,7 +30,7 @@ def make_deps(redis_url: str, *, spawns: int = 16, **limits: Any) -> Deps:
         openai={"models": ["m"], "model": "m"},  # type: ignore[arg-type]
         subagents={"max_spawns_per_turn": spawns},  # type: ignore[arg-type]
         schedules={"min_interval_seconds": 1, "who": "anyone"},  # type: ignore[arg-type]
-        limits=limits,  # type: ignore[arg-type]
+        **({"limits": limits} if limits else {}),
     )
     return Deps.build(settings, client=redis.Redis.from_url(redis_url))
 

@@ -162,9 +162,3 @@ class Usage(RedisOwner):
             for place in places:
                 pipe.zrem(place.key, member)
             pipe.execute()
-
-    def holders(self, key: str) -> list[str]:
-        """The members holding a place in ``key`` (tests and doctor)."""
-        return [
-            m.decode() if isinstance(m, bytes) else str(m) for m in self.redis.zrange(key, 0, -1)
-        ]

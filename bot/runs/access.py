@@ -92,12 +92,16 @@ def may_control(actor: Actor, run: RunRecord, *, verb: str = "stop") -> Decision
 
 def may_read_tools(actor: Actor, run: RunRecord) -> Decision:
     """Whether ``actor`` may read ``run``'s tool calls and results (``log … tools``)."""
-    decision = may_control(actor, run, verb="see the tool calls of")
+    decision = may_control(actor, run)
     if decision.allowed:
         return decision
+    name = run_title(run, noun="subagent", name="none")
+    if run.thread.platform != actor.platform:
+        return Decision(allowed=False, reason=f"{name} belongs to {run.thread.platform}.")
     return Decision(
         allowed=False,
-        reason=f"{decision.reason} `/subagents log {run.seq}` shows its conversation.",
+        reason=f"Only an admin or the person who started {name} can see its tool calls; "
+        f"`/subagents log {run.seq}` shows its conversation.",
     )
 
 

@@ -158,7 +158,7 @@ def test_tool_results_are_shown_only_to_the_requester_and_admins(admin_deps: Dep
 
     refused = command_by(deps, "/subagents log 1 tools", "U2")
     assert refused == (
-        "Only an admin or the person who started it can see the tool calls of this run. "
+        "Only an admin or the person who started subagent #1 can see its tool calls; "
         "`/subagents log 1` shows its conversation."
     )
     assert "🔧" not in refused

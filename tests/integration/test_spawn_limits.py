@@ -3,6 +3,7 @@ per person and per thread, schedules per person (real Redis and RQ)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +12,9 @@ import pytest
 import redis
 
 from bot.agent.context import ToolContext
+from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.spawn_tool import SpawnArgs, spawn
+from bot.agent.tools import execute_tool
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import SpawnRejected
@@ -168,3 +171,22 @@ def test_unscheduling_an_unknown_id_frees_nothing(deps: Deps, text: str) -> None
     command(deps, "/subagents every 2h check b", user="U1")
     assert command(deps, text, user="U1").startswith("No schedule")
     assert "you already have 2 schedules" in command(deps, "/subagents every 2h c", user="U1")
+
+
+def test_the_model_gets_the_refusal_as_its_tool_error(deps: Deps) -> None:
+    tools = {t.name: t for t in SESSION_TOOLS_LIST}
+    answers = [
+        execute_tool(
+            tools,
+            name="sessions_spawn",
+            arguments=json.dumps({"task": f"t{n}"}),
+            ctx=turn(deps),
+            max_chars=9_999,
+        )
+        for n in range(4)
+    ]
+    assert all(json.loads(a)["status"] == "accepted" for a in answers[:3])
+    assert answers[3] == (
+        "error: you already have 3 runs waiting or running (FANBOT_LIMITS__RUNS_PER_USER); "
+        "wait for one to end or stop one"
+    )

@@ -719,6 +719,35 @@ class SchedulesSettings(_Section):
     )
 
 
+class LimitsSettings(_Section):
+    """Bounded use per person and thread (docs/architecture.md "Bounded use"); 0 turns a
+    limit off. Admins (``FANBOT_ADMINS``) are exempt from all of them."""
+
+    messages_per_minute_per_user: int = Field(
+        20,
+        ge=0,
+        le=10_000,
+        description="Messages (turns and commands) one person may send the bot per minute; "
+        "the first one over is answered with when to retry, the rest are dropped.",
+    )
+    messages_per_minute_per_thread: int = Field(
+        60, ge=0, le=10_000, description="The same, for everyone in one thread or DM together."
+    )
+    runs_per_user: int = Field(
+        24,
+        ge=0,
+        le=10_000,
+        description="Runs one person may have waiting or running at once (spawned by the "
+        "model for them, by /subagents spawn, or by their schedules).",
+    )
+    runs_per_session: int = Field(
+        48, ge=0, le=10_000, description="Runs one thread may have waiting or running at once."
+    )
+    schedules_per_user: int = Field(
+        10, ge=0, le=10_000, description="Schedules one person may have at once."
+    )
+
+
 class Settings(BaseSettings):
     """Everything fanbot reads at start. See README "Configuration" for each key."""
 
@@ -760,6 +789,7 @@ class Settings(BaseSettings):
     ops: OpsSettings = Field(default_factory=OpsSettings)
     schedules: SchedulesSettings = Field(default_factory=SchedulesSettings)
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
 
     @field_validator("redis_url")
     @classmethod

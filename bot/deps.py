@@ -42,6 +42,7 @@ from bot.store.stops import Stops
 from bot.store.threads import ThreadBindings
 from bot.store.transcripts import TranscriptStore
 from bot.store.turn_attempts import TurnAttempts
+from bot.store.usage import Usage
 from bot.store.workspace import Limits, Workspace
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class Deps:
     metrics: MetricsStore
     model_limits: ModelLimits
     estimates: Estimates
+    usage: Usage
     failpoints: Failpoints = field(default_factory=Failpoints)
     """Where a fault test makes this process die (``FANBOT_FAILPOINTS``; none by default)."""
 
@@ -135,6 +137,7 @@ class Deps:
             metrics=metrics,
             model_limits=ModelLimits(redis=client, keys=keys),
             estimates=Estimates(redis=client, keys=keys),
+            usage=Usage(redis=client, keys=keys),
             failpoints=Failpoints.from_env(),
         )
 

@@ -64,6 +64,9 @@ key                                                type       what
 ``{p}thread_bind:run:{runId}``                     string     a run's own thread (JSON binding)
 ``{p}thread_bind:thread:{threadId}``               string     the run bound to a thread
 ``{p}probe:{who}``                                 string     a Redis health probe's last write
+``{p}limit:msgs:{who}:{window}``                    string     messages counted in a minute (``user|id``/``thread|key``)
+``{p}limit:notice:{who}:{window}``                  string     the one "slow down" answer of that minute
+``{p}limit:places:{what}:{who}``                    zset       run/schedule ids holding a place, by when taken
 =================================================  =========  ================================
 """
 
@@ -276,6 +279,18 @@ class Keys:
         """``part`` (``requests``, ``tokens``, ``paused``) of a model endpoint's shared window
         (:mod:`bot.store.model_limits`)."""
         return f"{self.prefix}model_limit:{endpoint}:{part}"
+
+    def limit_messages(self, who: str, window: int) -> str:
+        """Messages ``who`` (``user|platform:id`` or ``thread|sessionKey``) sent in minute
+        number ``window`` (:mod:`bot.store.usage`)."""
+        return f"{self.prefix}limit:msgs:{who}:{window}"
+
+    def limit_notice(self, who: str, window: int) -> str:
+        return f"{self.prefix}limit:notice:{who}:{window}"
+
+    def limit_places(self, what: str, who: str) -> str:
+        """What holds one of ``who``'s places (``runs``, ``schedules``)."""
+        return f"{self.prefix}limit:places:{what}:{who}"
 
 
 def glob_escape(text: str) -> str:

@@ -1,8 +1,9 @@
 """``sessions_spawn``: the main agent's way to start a subagent run.
 
-The tool validates the model's arguments (:class:`SpawnArgs`), applies the per-turn rules
-(no nesting, a bounded number of spawns per turn) and hands the rest to the run lifecycle
-(:func:`bot.runs.spawn.spawn_run`), answering at once.
+The tool validates the model's arguments (:class:`SpawnArgs`), applies the nesting rules
+and hands the rest to the run lifecycle (:func:`bot.runs.spawn.spawn_run`), answering at
+once; the spawns-per-turn and runs-per-person limits are decided there, the same for every
+spawner (:mod:`bot.runs.quota`).
 """
 
 from __future__ import annotations
@@ -99,8 +100,6 @@ def spawn(ctx: ToolContext, args: SpawnArgs) -> dict[str, object]:
     """Create and enqueue one subagent run; returns the tool's JSON-able answer."""
     s = ctx.deps.settings
     parent = _parent(ctx)
-    if len(ctx.spawned) >= s.subagents.max_spawns_per_turn:
-        raise SpawnRejected(f"at most {s.subagents.max_spawns_per_turn} spawns per turn")
     agent_id = args.agentId or ctx.agent_id
     if agent_id != ctx.agent_id and agent_id not in s.agents:
         raise SpawnRejected(f"unknown agentId {agent_id!r}; known: {ctx.agent_id}")
@@ -127,6 +126,7 @@ def spawn(ctx: ToolContext, args: SpawnArgs) -> dict[str, object]:
         max_cost_usd=args.maxCostUsd,
         own_thread=args.thread and parent is None,  # a nested child reports to its parent
         fork_message=ctx.turn_message,
+        spawned_in_turn=len(ctx.spawned),  # the per-turn limit: bot.runs.quota decides
     )
     record = spawn_run(ctx.deps, request, known_models=ctx.known_models)
     ctx.spawned.append(record.run_id)

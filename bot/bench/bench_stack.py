@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.agent.context import ToolContext
 from bot.agent.spawn_tool import SpawnArgs, spawn
+from bot.bench import BENCH_LIMITS
 from bot.deps import Deps
 from bot.sessions import qualified_user, requester_session_key
 from bot.testing.fake_telegram import FakeTelegram
@@ -41,6 +42,7 @@ def telegram_bench_values(
         "log_level": log_level,
         "openai": {"base_url": model_url, "model": "fake-model", "models": ["fake-model"]},
         "subagents": subagents,
+        "limits": BENCH_LIMITS,
         "telegram": {
             "bot_token": tg.token,
             "api_url": tg.api_url,

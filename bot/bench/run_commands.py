@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 import redis
 
-from bot.bench import redis_commands
+from bot.bench import BENCH_LIMITS, redis_commands
 
 Via = Literal["command", "turn"]
 TASK = "count the commands"
@@ -262,7 +262,10 @@ async def measure(
             values: dict[str, Any] = {
                 "redis_url": redis_url,
                 "openai": {"base_url": model.base_url, "model": "fake-model"},
-                "subagents": {"announce": "cards"} if via == "turn" else {},
+                "subagents": {"announce": "cards"}
+                if via == "turn"
+                else {"max_spawns_per_turn": 200},
+                "limits": BENCH_LIMITS,  # one person's many runs: checked, out of the way
                 "workers": {"pool": pool},
             }
             channel = MemoryChannel()

@@ -1,7 +1,8 @@
 """``/subagents every|schedules|unschedule``: recurring runs from chat.
 
 ``/subagents every <interval | 5-field cron> [type] <task>`` makes a schedule in this
-thread (admins only unless ``FANBOT_SCHEDULES__WHO=anyone``); ``schedules`` lists this
+thread (admins only unless ``FANBOT_SCHEDULES__WHO=anyone``; at most
+``FANBOT_LIMITS__SCHEDULES_PER_USER`` per person, :mod:`bot.runs.quota`); ``schedules`` lists this
 thread's; ``unschedule <id>`` removes one. Parsing and rendering are pure; the lifecycle is
 :mod:`bot.runs.recurring`.
 """
@@ -17,6 +18,7 @@ from bot.commands.router import CommandRequest
 from bot.commands.spawn_command import SpawnAsk, leading_flags, parse_type_and_task, words_after
 from bot.errors import FanbotError
 from bot.runs.naming import Icon
+from bot.runs.quota import admit_schedule, schedule_failed, schedule_made, schedule_removed
 from bot.runs.recurring import (
     add_schedule,
     may_schedule,
@@ -113,9 +115,15 @@ def handle_every(req: CommandRequest) -> str:
         agent_id=s.agent_id,
     )
     try:
-        made = add_schedule(req.deps, new)
+        token = admit_schedule(req.deps, actor.qualified)
     except FanbotError as exc:
         return f"I can't make that schedule: {exc}"
+    try:
+        made = add_schedule(req.deps, new)
+    except FanbotError as exc:
+        schedule_failed(req.deps, actor.qualified, token)
+        return f"I can't make that schedule: {exc}"
+    schedule_made(req.deps, actor.qualified, token, made.schedule_id)
     kind = made.subagent_type or "general-purpose"
     return (
         f"{Icon.SCHEDULE} Schedule #{made.schedule_id}: {parsed.every.describe()}, first at "
@@ -143,4 +151,5 @@ def handle_unschedule(req: CommandRequest) -> str:
         return f"I can't remove schedule #{found.schedule_id}: {decision.reason}"
     if not req.deps.schedules.remove(found.schedule_id):
         return f"Schedule #{found.schedule_id} was just removed by someone else."
+    schedule_removed(req.deps, found.requester, found.schedule_id)
     return f"{Icon.REMOVED} Removed schedule #{found.schedule_id} ({every_from_text(found.every).describe()}): {found.task}"

@@ -3,8 +3,10 @@
 Parsing is pure (:func:`parse_spawn`): leading ``--flags`` (``--thread``: the child works in
 a thread of its own, see :mod:`bot.runs.thread_children`; any other is an error), then a type word when
 it names a configured or built-in type, else the whole text is the task. The run goes
-through :func:`~bot.runs.spawn.spawn_run` like a model-made spawn (same policy, budget and
-announce), with the person as requester; it reports in the thread (no fan-in waits for it).
+through :func:`~bot.runs.spawn.spawn_run` like a model-made spawn (same policy, budget,
+limits and announce), with the person as requester; it reports in the thread (no fan-in
+waits for it). A person's commands in one minute count as one turn's spawns
+(:mod:`bot.runs.quota`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from dataclasses import dataclass
 from bot.commands.registry import subcommand
 from bot.commands.router import CommandRequest
 from bot.errors import FanbotError
-from bot.runs.access import Actor
 from bot.runs.estimate import text_of
 from bot.runs.naming import Icon, RunRef, run_title
+from bot.runs.quota import BY_COMMAND
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.runs.type_registry import subagent_types
 
@@ -110,7 +112,7 @@ def handle_spawn(req: CommandRequest) -> str:
     parsed = parse_spawn(rest, subagent_types(deps.settings))
     if isinstance(parsed, str):
         return parsed
-    actor = Actor(platform=req.inbound.thread.platform, user_id=req.inbound.sender.user_id)
+    actor = req.actor
     request = SpawnRequest(
         task=parsed.task,
         session_key=req.session_key,
@@ -119,6 +121,7 @@ def handle_spawn(req: CommandRequest) -> str:
         agent_id=deps.settings.agent_id,
         subagent_type=parsed.subagent_type,
         own_thread=parsed.own_thread,
+        spawned_in_turn=BY_COMMAND,  # counted like a model's spawns (bot.runs.quota)
     )
     try:
         record = spawn_run(deps, request, known_models=lambda: None)

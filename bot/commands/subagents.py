@@ -26,6 +26,7 @@ from bot.runs.access import (
     Resolution,
     channel_scope,
     may_control,
+    may_read_tools,
     partition,
     resolve_run,
     scope_runs,
@@ -284,6 +285,10 @@ def _info(req: CommandRequest, found: Resolution) -> str:
 def _log(req: CommandRequest, found: Resolution, parsed: SubagentsRequest) -> str:
     run = found.run
     assert run is not None
+    if parsed.tools:
+        decision = may_read_tools(req.actor, run)
+        if not decision.allowed:
+            return decision.reason
     transcripts = req.deps.transcripts
     key = transcripts.current_key(run.session_id, archived_at=run.archived_at)
     view = read_log(transcripts, key, limit=parsed.limit, tools=parsed.tools)

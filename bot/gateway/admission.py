@@ -2,8 +2,9 @@
 
 :func:`admit`: what to do with one delivery of an event, given its dedupe claim;
 :func:`decide`: the middleware's rules (own and bots' messages, edits, empty messages,
-the access policy, mention gating); :func:`cap_inbound`: an oversized message cut to the
-limit. :mod:`bot.gateway.ingress` applies them.
+the access policy (:func:`permitted`), mention gating); :func:`cap_inbound`: an oversized
+message cut to the limit; :func:`message_limits` and :func:`slow_down`: the messages-per-
+minute limits (docs/architecture.md "Bounded use"). :mod:`bot.gateway.ingress` applies them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import dataclasses
 import enum
 
 from bot.config import PlatformAccess, Settings
+from bot.sessions import qualified_user
 from bot.store.dedupe import Claimed
+from bot.store.usage import WINDOW_SECONDS
 from bot.text.clip import clip
 from bot.types import Inbound
 
@@ -50,6 +53,7 @@ class Verdict(enum.StrEnum):
     EMPTY = "ignored: empty"
     DENIED = "ignored: not allowed"
     UNADDRESSED = "ignored: not addressed to the bot"
+    LIMITED = "ignored: over the message limit"
 
 
 def platform_access(settings: Settings, platform: str) -> PlatformAccess:
@@ -69,14 +73,51 @@ def decide(
         return Verdict.EDIT
     if not inbound.text.strip() and not inbound.attachments:
         return Verdict.EMPTY
-    if access.allow_users and inbound.sender.user_id not in access.allow_users:
-        return Verdict.DENIED
-    if access.allow_chats and inbound.thread.chat not in access.allow_chats:
+    if not permitted(inbound, access=access):
         return Verdict.DENIED
     continues = session_counts(inbound, settings=settings, access=access) and session_exists
     if not (addressed(inbound, settings=settings) or continues):
         return Verdict.UNADDRESSED
     return Verdict.ACCEPT
+
+
+def permitted(inbound: Inbound, *, access: PlatformAccess) -> bool:
+    """The access policy (pure): the sender and the chat are allowed. Everything a person
+    sends passes it first, approval decisions included."""
+    if access.allow_users and inbound.sender.user_id not in access.allow_users:
+        return False
+    return not (access.allow_chats and inbound.thread.chat not in access.allow_chats)
+
+
+def message_limits(
+    inbound: Inbound, *, session_key: str, settings: Settings
+) -> tuple[tuple[str, int], ...]:
+    """The messages-per-minute counters ``inbound`` counts against, as ``(name, limit)``
+    (pure): its sender's and its thread's (the requester session: a DM is its own). None
+    for an admin, and none that is turned off (0)."""
+    sender = inbound.sender
+    if settings.is_admin(inbound.thread.platform, sender.user_id):
+        return ()
+    limits = settings.limits
+    counters = (
+        (f"user|{qualified_user(inbound.thread.platform, sender.user_id)}",
+         limits.messages_per_minute_per_user),
+        (f"thread|{session_key}", limits.messages_per_minute_per_thread),
+    )  # fmt: skip
+    return tuple(c for c in counters if c[1] > 0)
+
+
+def window(now: float) -> int:
+    """The number of the one-minute window ``now`` falls in (pure)."""
+    return int(now // WINDOW_SECONDS)
+
+
+def slow_down(now: float, *, thread: bool) -> str:
+    """The one answer to the first message over a limit in a window (pure): when the
+    next window starts."""
+    wait = max(1, int((window(now) + 1) * WINDOW_SECONDS - now + 0.999))
+    busy = "this thread has reached its messages per minute; " if thread else ""
+    return f"⏳ Slow down: {busy}you can send again in {wait} s."
 
 
 def addressed(inbound: Inbound, *, settings: Settings) -> bool:

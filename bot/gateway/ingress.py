@@ -11,19 +11,27 @@ python-telegram-bot's ``Application`` walks its handlers (the pure guards are in
 :mod:`bot.gateway.admission`): the first whose ``match`` (pure)
 accepts the message and whose ``handle`` returns a result takes it. In order:
 
-1. ``approval decision``: a button press or ``!approve``/``!deny`` (addressed by nature);
+1. ``approval decision``: a button press or ``!approve``/``!deny`` (addressed by nature)
+   from someone the access policy lets in (:func:`permitted`; anyone else's is ignored
+   like any message of theirs, learning nothing about the approval);
 2. ``ignored``: the middleware's rules (:func:`decide`: own and bots' messages, edits,
    empty ones, the access policy, mention gating) said no;
-3. ``cut note``: the sender is told how much of an oversized message was read (continues);
-4. ``command``: any ``/word`` is answered here, never spawning a model turn;
-5. ``bound thread``: a message in a thread-bound child's thread steers it;
-6. ``turn``: everything else queues a main-agent turn.
+3. ``message limit``: the sender's and the thread's messages per minute
+   (docs/architecture.md "Bounded use"): the first message over a limit in a minute is
+   answered with when to retry, the rest of that minute are dropped (continues when within);
+4. ``cut note``: the sender is told how much of an oversized message was read (continues);
+5. ``command``: any ``/word`` is answered here, never spawning a model turn;
+6. ``bound thread``: a message in a thread-bound child's thread steers it;
+7. ``turn``: everything else queues a main-agent turn.
+
+A handler that is not final takes the message when its ``handle`` returns a result.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,8 +47,12 @@ from bot.gateway.admission import (
     admit,
     cap_inbound,
     decide,
+    message_limits,
+    permitted,
     platform_access,
     session_counts,
+    slow_down,
+    window,
 )
 from bot.gateway.inbox import save_attachments
 from bot.observe import tracing
@@ -105,15 +117,20 @@ class Ingress:
     Args:
         deps: Stores and settings.
         router: Command handlers.
+        clock: Wall time (tests fix it so a burst stays in one minute's window).
     """
 
-    def __init__(self, *, deps: Deps, router: CommandRouter) -> None:
+    def __init__(
+        self, *, deps: Deps, router: CommandRouter, clock: Callable[[], float] = time.time
+    ) -> None:
         self.deps = deps
         self.router = router
+        self.clock = clock  # wall time: the message-limit windows are shared by processes
         self.turn_ids = TurnJobIds()
         self.handlers: tuple[Handler, ...] = (
             Handler(name="approval decision", match=self._is_decision, handle=self._decide),
             Handler(name="ignored", match=self._is_ignored, handle=self._ignore),
+            Handler(name="message limit", match=self._is_limited, handle=self._limit, final=False),
             Handler(name="cut note", match=lambda m: m.cut > 0, handle=self._tell_cut, final=False),
             Handler(name="command", match=self._is_command, handle=self._command),
             Handler(name="bound thread", match=lambda m: m.bound is not None, handle=self._steer),
@@ -184,18 +201,22 @@ class Ingress:
             if not handler.match(message):
                 continue
             result = handler.handle(message)
-            if handler.final:
-                assert result is not None
+            if result is not None:
                 return result
+            assert not handler.final, f"{handler.name} returned no result"
         raise AssertionError("the turn handler takes every message")
 
     def _accepted(self, message: Message, *, job_id: str | None = None) -> IngressResult:
         return IngressResult(verdict=Verdict.ACCEPT, session_key=message.session_key, job_id=job_id)
 
     def _is_decision(self, message: Message) -> bool:
-        sender = message.inbound.sender
-        return parse_decision(message.inbound.text) is not None and not (
-            sender.is_self or sender.is_bot
+        inbound = message.inbound
+        sender = inbound.sender
+        access = platform_access(self.deps.settings, inbound.thread.platform)
+        return (
+            parse_decision(inbound.text) is not None
+            and not (sender.is_self or sender.is_bot)
+            and permitted(inbound, access=access)
         )
 
     def _decide(self, message: Message) -> IngressResult:
@@ -238,6 +259,32 @@ class Ingress:
         verdict = self.verdict(message)
         log.debug("inbound %s: %s", message.inbound.dedupe_id, verdict.value)
         return IngressResult(verdict=verdict, session_key=message.session_key)
+
+    def _is_limited(self, message: Message) -> bool:
+        """Counted against a messages-per-minute limit (pure: not an admin, a limit on)."""
+        settings = self.deps.settings
+        return bool(
+            message_limits(message.inbound, session_key=message.session_key, settings=settings)
+        )
+
+    def _limit(self, message: Message) -> IngressResult | None:
+        """Count ``message``; over a limit, take it: the first of the minute is answered
+        with when to retry, the rest are dropped (logged and counted as ``limited``)."""
+        inbound = message.inbound
+        now = self.clock()
+        counters = message_limits(
+            inbound, session_key=message.session_key, settings=self.deps.settings
+        )
+        hit = self.deps.usage.hit(counters, window=window(now))
+        if hit.over is None:
+            return None
+        name = counters[hit.over][0]
+        log.info("inbound %s: over the messages per minute of %s%s", inbound.dedupe_id, name,
+                 "; answered" if hit.first else "; dropped")  # fmt: skip
+        if hit.first:
+            text = slow_down(now, thread=name.startswith("thread|"))
+            self._reply(inbound, text, ephemeral=not name.startswith("thread|"), key="slow")
+        return IngressResult(verdict=Verdict.LIMITED, session_key=message.session_key)
 
     def _is_command(self, message: Message) -> bool:
         # Any /word is answered here (an unknown one with "Unknown command"), never

@@ -100,6 +100,8 @@ def outcome(result: _Result | None) -> catalog.InboundOutcome:
         return catalog.InboundOutcome.ACCEPTED
     if result.verdict == "ignored: not allowed":
         return catalog.InboundOutcome.REFUSED
+    if result.verdict == "ignored: over the message limit":
+        return catalog.InboundOutcome.LIMITED
     return catalog.InboundOutcome.IGNORED
 
 

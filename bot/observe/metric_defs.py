@@ -43,6 +43,7 @@ class InboundOutcome(enum.StrEnum):
     ACCEPTED = "accepted"  # a turn was queued or a command answered
     DEDUPED = "deduped"  # a redelivery of an event already handled
     REFUSED = "refused"  # the sender or chat is not allowed
+    LIMITED = "limited"  # over a messages-per-minute limit (answered once, then dropped)
     IGNORED = "ignored"  # own or another bot's message, an edit, empty, not addressed
     BAD_REQUEST = "bad_request"  # a webhook request answered 4xx (signature, body)
     ERROR = "error"  # ingress crashed on it (a bug: logged, message dropped)

@@ -19,7 +19,9 @@ because run ids are hex and may start with digits; so is one with a leading zero
 (``0042``), which no run number has.
 
 Authorization (:func:`may_control`, see docs/architecture.md): ``list``/``info``/``log`` are open to
-everyone the bot serves in the session (the gateway's access policy already decided that).
+everyone the bot serves in the session (the gateway's access policy already decided that),
+but ``log … tools`` (tool calls and their results: files read, pages fetched) only to an
+admin or the run's requester (:func:`may_read_tools`).
 ``send``/``stop``/``stop all``/``/stop`` need an admin or the run's requester. Identities
 are always ``platform:user_id``, and a run is only ever controlled from its own platform,
 so ids that look alike on two platforms never match.
@@ -85,6 +87,21 @@ def may_control(actor: Actor, run: RunRecord, *, verb: str = "stop") -> Decision
     return Decision(
         allowed=False,
         reason=f"Only an admin or the person who started it can {verb} this run.",
+    )
+
+
+def may_read_tools(actor: Actor, run: RunRecord) -> Decision:
+    """Whether ``actor`` may read ``run``'s tool calls and results (``log … tools``)."""
+    decision = may_control(actor, run)
+    if decision.allowed:
+        return decision
+    name = run_title(run, noun="subagent", name="none")
+    if run.thread.platform != actor.platform:
+        return Decision(allowed=False, reason=f"{name} belongs to {run.thread.platform}.")
+    return Decision(
+        allowed=False,
+        reason=f"Only an admin or the person who started {name} can see its tool calls; "
+        f"`/subagents log {run.seq}` shows its conversation.",
     )
 
 

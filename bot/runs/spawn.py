@@ -31,6 +31,7 @@ from bot.runs.approval_gate import post_request
 from bot.runs.budget import SpawnBudget, spawn_limits
 from bot.runs.estimate import estimate
 from bot.runs.line import enqueue_run
+from bot.runs.quota import SpawnQuota, admit_spawn
 from bot.runs.spawn_approval import hold, needs_approval, show_held
 from bot.runs.thread_children import request_thread
 from bot.runs.type_registry import subagent_types
@@ -70,6 +71,8 @@ class SpawnRequest:
         fork_message: The spawning turn's own message, for a ``fork`` context.
         run_id: A fixed id (a schedule's tick, so a retried firing is the same run);
             "" = a new one.
+        spawned_in_turn: Spawns the asking turn made before (the per-turn limit); None: a
+            person's ``/subagents spawn`` (see :mod:`bot.runs.quota`).
     """
 
     task: str
@@ -94,6 +97,7 @@ class SpawnRequest:
     own_thread: bool = False
     run_id: str = ""
     fork_message: str = ""
+    spawned_in_turn: int | None = 0
 
 
 @tracing.traced("spawn")
@@ -111,6 +115,14 @@ def spawn_run(deps: Deps, request: SpawnRequest, *, known_models: KnownModels) -
     )
     timeout_s, timeout_warnings = resolve_timeout(s, request.timeout_s)
     limits = spawn_limits(deps, sub_type, _budget_ask(request))
+    request = dataclasses.replace(request, run_id=request.run_id or uuid.uuid4().hex)
+    quota = SpawnQuota(
+        requester=request.requester,
+        session_key=request.session_key,
+        run_id=request.run_id,
+        spawned_in_turn=request.spawned_in_turn,
+    )
+    admit_spawn(deps, quota)  # the one check of spawns per turn and runs per person/thread
     record = _new_record(deps, request, type_name, model, thinking, warnings + timeout_warnings)
     context = request.context or RunContext(sub_type.context)
     record = dataclasses.replace(

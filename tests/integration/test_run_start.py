@@ -191,7 +191,7 @@ def test_a_spawn_puts_its_job_in_line_without_a_script_check(deps: Deps) -> None
     record = spawn_run(deps, request("b"), known_models=lambda: None)
     calls = commands(deps)
     assert "script" not in calls  # no SCRIPT EXISTS before the fair line's script
-    assert calls.get("evalsha") == 1
+    assert calls.get("evalsha") == 2  # the run's places (bot.runs.quota), the fair line's
     job = deps.jobs.fetch(record.job_id)
     assert job is not None and job.get_status(refresh=False) == "queued"
     assert job.args == [record.run_id] and job.origin == "subagents"

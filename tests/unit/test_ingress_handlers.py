@@ -30,8 +30,8 @@ CHILD = RunRecord(
 )
 
 
-def ingress() -> Ingress:
-    deps = cast("Deps", SimpleNamespace(settings=Settings()))  # match steps read settings only
+def ingress(settings: Settings | None = None) -> Ingress:
+    deps = cast("Deps", SimpleNamespace(settings=settings or Settings()))  # match steps only
     return Ingress(deps=deps, router=default_router())
 
 
@@ -79,5 +79,29 @@ def test_route(msg: Message, handler: str) -> None:
 
 def test_the_order_is_the_documented_one() -> None:
     names = [h.name for h in ingress().handlers]
-    assert names == ["approval decision", "ignored", "cut note", "command", "bound thread", "turn"]
-    assert [h.name for h in ingress().handlers if not h.final] == ["cut note"]
+    assert names == [
+        "approval decision",
+        "ignored",
+        "message limit",
+        "cut note",
+        "command",
+        "bound thread",
+        "turn",
+    ]
+    assert [h.name for h in ingress().handlers if not h.final] == ["message limit", "cut note"]
+
+
+ALLOW_U1 = Settings(slack={"allow_users": ["U1"]})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("msg", "handler"),
+    [
+        (message("!approve ab12cd"), "approval decision"),
+        (message("!approve ab12cd", sender=Sender(user_id="U9")), "ignored"),  # not allowed
+        (message("!deny ab12cd", sender=Sender(user_id="U9"), mentioned=False), "ignored"),
+        (message("hello", sender=Sender(user_id="U9")), "ignored"),  # the same answer: none
+    ],
+)
+def test_decisions_pass_the_access_policy_first(msg: Message, handler: str) -> None:
+    assert ingress(ALLOW_U1).route(msg).name == handler

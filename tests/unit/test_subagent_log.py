@@ -127,3 +127,47 @@ def test_sessions_history_tools_flag_adds_tool_messages_like_the_command(deps: D
     assert [m["role"] for m in full["messages"]] == ["tool", "assistant", "tool", "assistant"]
     assert full["messages"][1]["tool_calls"][0]["function"]["name"] == "calculate"
     assert full["total"] == 7
+
+
+def command_by(deps: Deps, text: str, user: str) -> str:
+    parsed = parse_command(text)
+    assert parsed is not None
+    inbound = Inbound(
+        thread=THREAD, sender=Sender(user_id=user, display_name=user), text=text, message_id="m"
+    )
+    request = CommandRequest(command=parsed, inbound=inbound, session_key=SESSION, deps=deps)
+    return default_router().dispatch(request)
+
+
+@pytest.fixture
+def admin_deps(redis_url: str) -> Iterator[Deps]:
+    settings = Settings(
+        redis_url=redis_url,
+        admins=["slack:UADMIN"],
+        openai={"models": ["m"], "model": "m"},  # type: ignore[arg-type]
+    )
+    d = Deps.build(settings, client=redis.Redis.from_url(redis_url))
+    yield d
+    d.close()
+
+
+def test_tool_results_are_shown_only_to_the_requester_and_admins(admin_deps: Deps) -> None:
+    """Before: anyone in the thread read the tool results (files others uploaded)."""
+    deps = admin_deps
+    spawn_with_transcript(deps, rounds=2)  # requested by slack:U1
+
+    refused = command_by(deps, "/subagents log 1 tools", "U2")
+    assert refused == (
+        "Only an admin or the person who started subagent #1 can see its tool calls; "
+        "`/subagents log 1` shows its conversation."
+    )
+    assert "🔧" not in refused
+    assert "• **assistant**: Counted." in command_by(deps, "/subagents log 1", "U2")  # open
+    assert "🔧 calculate(n=1)" in command_by(deps, "/subagents log 1 tools", "U1")
+    assert "🔧 calculate(n=1)" in command_by(deps, "/subagents log 1 tools", "UADMIN")
+
+
+@pytest.mark.parametrize("target", ["9", "#0", "zzzz", "last"])
+def test_log_tools_of_an_unknown_run_names_no_run(deps: Deps, target: str) -> None:
+    answer = command_by(deps, f"/subagents log {target} tools", "U2")
+    assert "🔧" not in answer and "Only an admin" not in answer

@@ -24,6 +24,7 @@ from bot.store.budgets import Budgets
 from bot.store.dead_letters import DeadLetters
 from bot.store.dedupe import Dedupe
 from bot.store.history import HistoryStore
+from bot.store.session_ttl import SessionSweep
 from bot.store.jobs import Jobs
 from bot.store.joins import Joins
 from bot.store.leases import Leases
@@ -61,6 +62,7 @@ class Deps:
     recovery: RunRecovery
     turn_attempts: TurnAttempts
     history: HistoryStore
+    session_sweep: SessionSweep
     transcripts: TranscriptStore
     jobs: Jobs
     rq: RqLayout
@@ -98,6 +100,7 @@ class Deps:
                 keys=keys,
                 history_max=settings.history.max_messages,
                 metrics=metrics,
+                session_ttl=settings.sessions.ttl_seconds,
             ),
             recovery=RunRecovery(redis=client, keys=keys),
             turn_attempts=TurnAttempts(
@@ -108,6 +111,10 @@ class Deps:
                 keys=keys,
                 max_messages=settings.history.max_messages,
                 max_chars=settings.history.max_message_chars,
+                ttl=settings.sessions.ttl_seconds,
+            ),
+            session_sweep=SessionSweep(
+                redis=client, keys=keys, ttl=settings.sessions.ttl_seconds
             ),
             transcripts=TranscriptStore(redis=client, keys=keys),
             jobs=Jobs(

@@ -11,9 +11,9 @@ key                                                type       what
 ``{p}run:{runId}:inbox``                           list       messages for a running run
 ``{p}runs:active``                                 set        run ids not yet terminal
 ``{p}runs:all``                                    zset       every run id by created_at
-``{p}session:{key}:runs``                          zset       run ids of a session by time
-``{p}session:{key}:seq``                           string     counter numbering its runs
-``{p}session:{key}:history``                       list       bounded chat history (JSON)
+``{p}session:{key}:runs``                          zset       run ids of a session by time (TTL)
+``{p}session:{key}:seq``                           string     counter numbering its runs (TTL)
+``{p}session:{key}:history``                       list       bounded chat history, JSON (TTL)
 ``{p}session:{key}:turn_stop``                     string     abort flag for the running turn
 ``{p}turn:{replyKey}:steps``                       list       a turn's messages after its user message (JSON)
 ``{p}turn:{replyKey}:hb``                          string     a turn's lease, expires when stale
@@ -63,6 +63,7 @@ key                                                type       what
 ``{p}thread_bind:run:{runId}``                     string     a run's own thread (JSON binding)
 ``{p}thread_bind:thread:{threadId}``               string     the run bound to a thread
 ``{p}probe:{who}``                                 string     a Redis health probe's last write
+``{p}sessions:sweep``                              string     the session TTL sweep's SCAN cursor
 =================================================  =========  ================================
 """
 
@@ -259,6 +260,11 @@ class Keys:
     @property
     def approvals_due(self) -> str:
         return f"{self.prefix}approvals:due"
+
+    @property
+    def session_sweep_cursor(self) -> str:
+        """Where the next sweep for session keys without a TTL goes on (a SCAN cursor)."""
+        return f"{self.prefix}sessions:sweep"
 
     def thread_bind_run(self, run_id: str) -> str:
         return f"{self.prefix}thread_bind:run:{run_id}"

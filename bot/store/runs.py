@@ -24,6 +24,7 @@ from bot.store import as_text
 from bot.store.fair import free_slot_part
 from bot.store.finalize_script import FinalizeParts, FinalizeScript
 from bot.store.history import append_history_part
+from bot.store.session_ttl import DEFAULT_TTL, refresh
 from bot.store.joins import JOIN_TTL_SECONDS, leave_join_part
 from bot.store.lua_parts import Fragment, Part
 from bot.store.metrics import MetricsStore, Update, Write
@@ -331,14 +332,19 @@ class RunsRegistry(RedisOwner):
         keys: Keys,
         history_max: int = 60,
         metrics: MetricsStore | None = None,
+        session_ttl: int = DEFAULT_TTL,
     ) -> None:
         super().__init__(redis=redis, keys=keys)
         self.history_max = history_max
+        self.session_ttl = session_ttl  # bot.store.session_ttl: each write sets it again
         self._finalize = FinalizeScript(redis=redis, end_run=END_RUN)
         self._metrics = metrics or MetricsStore(redis=redis, keys=keys)
 
     def next_seq(self, session_key: str) -> int:
-        return int(self.redis.incr(self.keys.session_seq(session_key)))
+        with self.redis.pipeline() as pipe:
+            pipe.incr(self.keys.session_seq(session_key))
+            refresh(pipe, self.keys, session_key, self.session_ttl)
+            return int(pipe.execute()[0])
 
     def create(self, record: RunRecord) -> bool:
         """Record a new run; one with a ``join_id`` joins that fan-in in the same script,
@@ -354,6 +360,7 @@ class RunsRegistry(RedisOwner):
             )
             pipe.zadd(self.keys.all_runs, {record.run_id: record.created_at})
             pipe.sadd(self.keys.active_runs, record.run_id)
+            refresh(pipe, self.keys, record.session_key, self.session_ttl)
             pipe.execute()
         return False
 
@@ -375,7 +382,11 @@ class RunsRegistry(RedisOwner):
         ]
         for name, value in encode_record(record).items():
             args.extend([name, value])
-        return bool(self._create_joined(keys=keys, args=args))
+        joined = bool(self._create_joined(keys=keys, args=args))
+        with self.redis.pipeline() as pipe:
+            refresh(pipe, self.keys, record.session_key, self.session_ttl)
+            pipe.execute()
+        return joined
 
     def get(self, run_id: str) -> RunRecord | None:
         raw = self.redis.hgetall(self.keys.run(run_id))
@@ -634,6 +645,7 @@ class RunsRegistry(RedisOwner):
                 record.session_key,
                 outcome.history_entry,
                 max_messages=self.history_max,
+                ttl=self.session_ttl,
             ),
             slot=free_slot_part(slot_key or "", record.job_id),
             progress=final_progress_part(

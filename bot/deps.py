@@ -24,7 +24,6 @@ from bot.store.budgets import Budgets
 from bot.store.dead_letters import DeadLetters
 from bot.store.dedupe import Dedupe
 from bot.store.history import HistoryStore
-from bot.store.session_ttl import SessionSweep
 from bot.store.jobs import Jobs
 from bot.store.joins import Joins
 from bot.store.leases import Leases
@@ -37,6 +36,7 @@ from bot.store.recovery import RunRecovery
 from bot.store.rq_layout import RqLayout
 from bot.store.runs import RunsRegistry
 from bot.store.schedules import ScheduleStore
+from bot.store.session_ttl import SessionSweep
 from bot.store.stops import Stops
 from bot.store.threads import ThreadBindings
 from bot.store.transcripts import TranscriptStore
@@ -113,9 +113,7 @@ class Deps:
                 max_chars=settings.history.max_message_chars,
                 ttl=settings.sessions.ttl_seconds,
             ),
-            session_sweep=SessionSweep(
-                redis=client, keys=keys, ttl=settings.sessions.ttl_seconds
-            ),
+            session_sweep=SessionSweep(redis=client, keys=keys, ttl=settings.sessions.ttl_seconds),
             transcripts=TranscriptStore(redis=client, keys=keys),
             jobs=Jobs(
                 redis=client, keys=keys, per_session=settings.subagents.max_concurrent_per_session

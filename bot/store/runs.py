@@ -24,7 +24,6 @@ from bot.store import as_text
 from bot.store.fair import free_slot_part
 from bot.store.finalize_script import FinalizeParts, FinalizeScript
 from bot.store.history import append_history_part
-from bot.store.session_ttl import DEFAULT_TTL, refresh
 from bot.store.joins import JOIN_TTL_SECONDS, leave_join_part
 from bot.store.lua_parts import Fragment, Part
 from bot.store.metrics import MetricsStore, Update, Write
@@ -32,6 +31,7 @@ from bot.store.outbox import put_outbound_part
 from bot.store.owner import Lua, RedisOwner
 from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA, final_progress_part
 from bot.store.run_codec import decode_record, encode_record
+from bot.store.session_ttl import DEFAULT_TTL, refresh
 from bot.store.stops import recheck_run_part
 from bot.store.workspace import HASHES_LUA
 from bot.types import Outbound, RunRecord, RunStatus

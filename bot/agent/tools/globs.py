@@ -5,7 +5,7 @@ leading directories (none too), ``[...]`` is a class (``[!...]`` negated, ``a-z`
 A regular expression of such a glob backtracks: ``*a*a*a*a*a*b`` against a long name took
 seconds per star. Here the glob is a small automaton run over the name once, keeping the
 set of places it may be at: at most (len(name) + 1) × (len(glob) + 1) steps, whatever the
-pattern (see docs/architecture.md, "Workspace files").
+pattern (see docs/architecture.md, "Bounded growth and exposure").
 """
 
 from __future__ import annotations

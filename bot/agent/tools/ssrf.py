@@ -67,7 +67,8 @@ def embedded_ipv4(ip: IPAddress) -> IPAddress:
     inner = ip.ipv4_mapped or ip.sixtofour
     if inner is not None:
         return inner
-    if ip in _NAT64 or ip in _IPV4_TRANSLATED or (ip in _IPV4_COMPATIBLE and int(ip) > 1):  # :: and ::1 are IPv6's own
+    compatible = ip in _IPV4_COMPATIBLE and int(ip) > 1  # :: and ::1 are IPv6's own
+    if ip in _NAT64 or ip in _IPV4_TRANSLATED or compatible:
         return IPv4Address(int(ip) & 0xFFFF_FFFF)
     return ip
 

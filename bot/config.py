@@ -348,6 +348,22 @@ class HistorySettings(_Section):
     max_message_chars: int = Field(16_000, ge=100)
 
 
+class SessionsSettings(_Section):
+    retention_days: float = Field(
+        30.0,
+        gt=0,
+        le=3650,
+        description="A session's history and run index expire this long after its last "
+        "activity (each write sets it again).",
+    )
+
+    @property
+    def ttl_seconds(self) -> int:
+        """The sessions' TTL in seconds (see docs/architecture.md, "Bounded growth and
+        exposure")."""
+        return max(1, int(self.retention_days * 86_400))
+
+
 class GatewaySettings(_Section):
     http_host: str = "127.0.0.1"
     http_port: int = Field(8080, ge=0, le=65535)
@@ -388,6 +404,21 @@ class ObserveSettings(_Section):
         "empty: no tracing.",
     )
     service_name: str = Field("fanbot", description="Prefix of the traces' service.name.")
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="When set, /metrics and /readyz need 'Authorization: Bearer <token>' "
+        "(/healthz stays open).",
+    )
+    metrics_host: str = Field(
+        "", description="Host of the endpoints' own listener; empty: the gateway's host."
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Serve /metrics, /healthz, /readyz on this port of their own, not on the "
+        "webhook port (0: any free port).",
+    )
 
 
 class PlatformAccess(_Section):
@@ -775,6 +806,7 @@ class Settings(BaseSettings):
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     tools: ToolPolicy = Field(default_factory=ToolPolicy)
     history: HistorySettings = Field(default_factory=HistorySettings)
+    sessions: SessionsSettings = Field(default_factory=SessionsSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     observe: ObserveSettings = Field(default_factory=ObserveSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)

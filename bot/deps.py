@@ -38,6 +38,7 @@ from bot.store.recovery import RunRecovery
 from bot.store.rq_layout import RqLayout
 from bot.store.runs import RunsRegistry
 from bot.store.schedules import ScheduleStore
+from bot.store.session_ttl import SessionSweep
 from bot.store.stops import Stops
 from bot.store.threads import ThreadBindings
 from bot.store.transcripts import TranscriptStore
@@ -64,6 +65,7 @@ class Deps:
     recovery: RunRecovery
     turn_attempts: TurnAttempts
     history: HistoryStore
+    session_sweep: SessionSweep
     transcripts: TranscriptStore
     jobs: Jobs
     rq: RqLayout
@@ -104,6 +106,7 @@ class Deps:
                 keys=keys,
                 history_max=settings.history.max_messages,
                 metrics=metrics,
+                session_ttl=settings.sessions.ttl_seconds,
             ),
             recovery=RunRecovery(redis=client, keys=keys),
             turn_attempts=TurnAttempts(
@@ -114,7 +117,9 @@ class Deps:
                 keys=keys,
                 max_messages=settings.history.max_messages,
                 max_chars=settings.history.max_message_chars,
+                ttl=settings.sessions.ttl_seconds,
             ),
+            session_sweep=SessionSweep(redis=client, keys=keys, ttl=settings.sessions.ttl_seconds),
             transcripts=TranscriptStore(redis=client, keys=keys),
             jobs=Jobs(
                 redis=client, keys=keys, per_session=settings.subagents.max_concurrent_per_session

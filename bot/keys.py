@@ -11,9 +11,9 @@ key                                                type       what
 ``{p}run:{runId}:inbox``                           list       messages for a running run
 ``{p}runs:active``                                 set        run ids not yet terminal
 ``{p}runs:all``                                    zset       every run id by created_at
-``{p}session:{key}:runs``                          zset       run ids of a session by time
-``{p}session:{key}:seq``                           string     counter numbering its runs
-``{p}session:{key}:history``                       list       bounded chat history (JSON)
+``{p}session:{key}:runs``                          zset       run ids of a session by time (TTL)
+``{p}session:{key}:seq``                           string     counter numbering its runs (TTL)
+``{p}session:{key}:history``                       list       bounded chat history, JSON (TTL)
 ``{p}session:{key}:turn_stop``                     string     abort flag for the running turn
 ``{p}turn:{replyKey}:steps``                       list       a turn's messages after its user message (JSON)
 ``{p}turn:{replyKey}:hb``                          string     a turn's lease, expires when stale
@@ -53,7 +53,7 @@ key                                                type       what
 ``{p}budget:thread:{day}:{sessionKey}``            hash       a thread's spend on a UTC day
 ``{p}budget:user:{day}:{user}``                    hash       a user's spend on a UTC day
 ``{p}budget:day:{day}``                            set        ``thread|key``/``user|id`` that spent
-``{p}schedule:{id}``                                hash       a recurring run: spec, task, thread, next tick
+``{p}schedule:{id}``                               hash       a recurring run: spec, task, thread, next tick
 ``{p}schedules``                                   zset       schedule ids by next tick
 ``{p}schedules:seq``                               string     counter numbering the schedules
 ``{p}run:{runId}:receipts``                        list       receipt ids of the inbox's messages, in order
@@ -64,9 +64,10 @@ key                                                type       what
 ``{p}thread_bind:run:{runId}``                     string     a run's own thread (JSON binding)
 ``{p}thread_bind:thread:{threadId}``               string     the run bound to a thread
 ``{p}probe:{who}``                                 string     a Redis health probe's last write
-``{p}limit:msgs:{who}:{window}``                    string     messages counted in a minute (``user|id``/``thread|key``)
-``{p}limit:notice:{who}:{window}``                  string     the one "slow down" answer of that minute
-``{p}limit:places:{what}:{who}``                    zset       run/schedule ids holding a place, by when taken
+``{p}limit:msgs:{who}:{window}``                   string     messages counted in a minute (``user|id``/``thread|key``)
+``{p}limit:notice:{who}:{window}``                 string     the one "slow down" answer of that minute
+``{p}limit:places:{what}:{who}``                   zset       run/schedule ids holding a place, by when taken
+``{p}sessions:sweep``                              string     the session TTL sweep's SCAN cursor
 =================================================  =========  ================================
 """
 
@@ -267,6 +268,11 @@ class Keys:
     def estimate_samples(self, subagent_type: str, model: str) -> str:
         """Recent runs of one type and model, for spawn estimates (:mod:`bot.store.estimates`)."""
         return f"{self.prefix}estimates:{subagent_type}:{model}"
+
+    @property
+    def session_sweep_cursor(self) -> str:
+        """Where the next sweep for session keys without a TTL goes on (a SCAN cursor)."""
+        return f"{self.prefix}sessions:sweep"
 
     def thread_bind_run(self, run_id: str) -> str:
         return f"{self.prefix}thread_bind:run:{run_id}"

@@ -2,7 +2,7 @@
 :mod:`bot.runs.recover`; turns too: :mod:`bot.agent.turn_recover`; runs parked for a fan-in or an approval are left alone), approvals nobody answered in time (denied), fan-ins a dead process left
 (:mod:`bot.runs.join`), the repair of jobs RQ lost (queued
 in no queue, or holding a concurrency slot for nobody: :mod:`workers.repair`), hard-stop
-re-sends and the archiver.
+re-sends, the archiver and the session sweep (:mod:`bot.store.session_ttl`).
 
 Runs in the worker launcher's main process every couple of seconds, behind a Redis lock so
 several worker hosts do not all do the same sweep. Everything it does is idempotent.
@@ -148,6 +148,7 @@ def sweep(deps: Deps, *, steady: Callable[[], float] | None = None) -> None:
     resend_hard_stops(deps)
     expire_due(deps)  # no answer in time means deny: the run goes on with the denial
     archive_due(deps)
+    deps.session_sweep.sweep_once()  # session keys from before their TTL get one
     fire_due(deps)  # each tick once across workers: the store's claim decides
     observed.flush(deps)  # the runs it spawned, counted
 

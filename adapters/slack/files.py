@@ -53,9 +53,14 @@ def file_refs(body: Mapping[str, Any]) -> list[att.FileRef]:
 
 
 def trusted(url: str, api_url: str) -> bool:
-    """Whether the bot token may be sent to ``url`` (Slack, or the configured API host)."""
-    host = urlparse(url).hostname or ""
-    return host == "slack.com" or host.endswith(".slack.com") or host == urlparse(api_url).hostname
+    """Whether the bot token may be sent to ``url``: Slack's hosts over https only, or the
+    configured API host over the scheme it is configured with (a test server's http).
+    Any other scheme (``http://files.slack.com``, ``ftp://``) would send the token in clear."""
+    parsed, api = urlparse(url), urlparse(api_url)
+    host = parsed.hostname or ""
+    if host == "slack.com" or host.endswith(".slack.com"):
+        return parsed.scheme == "https"
+    return bool(host) and host == api.hostname and parsed.scheme == api.scheme
 
 
 async def download(

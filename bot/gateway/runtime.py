@@ -127,6 +127,7 @@ class Gateway:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._http: web.AppRunner | None = None
+        self._metrics_http: web.AppRunner | None = None
         self.starter = AdapterStarter(
             sink=self.ingest, urls=platform_urls(settings), on_started=self._adapter_started
         )
@@ -180,29 +181,48 @@ class Gateway:
             for r in counted_routes(a.platform, a.http_routes(), self.observer)
         ]
         routes = hooks + ops_routes(self.settings, self.deps)  # [] unless FANBOT_OPS__TOKEN is set
-        routes += self._observe_routes()  # /metrics, /healthz, /readyz
-        if not routes:
-            return
+        observe = self._observe_routes()  # /metrics, /healthz, /readyz
+        gw, own_port = self.settings.gateway, self.settings.observe.metrics_port
+        if own_port is not None and observe:
+            # Their own listener: the webhook port, public by necessity, does not serve them.
+            host = self.settings.observe.metrics_host or gw.http_host
+            self._metrics_http = await self._listen(observe, host, own_port, required=True)
+        else:
+            routes += observe
+        if routes:
+            self._http = await self._listen(routes, gw.http_host, gw.http_port, bool(hooks))
+
+    async def _listen(
+        self, routes: list[web.RouteDef], host: str, port: int, required: bool
+    ) -> web.AppRunner:
         app = web.Application(client_max_size=1024 * 1024)
         app.add_routes(routes)
-        self._http = web.AppRunner(app, access_log=None)
-        await self._http.setup()
-        gw = self.settings.gateway
-        if await bind(self._http, gw.http_host, gw.http_port, required=bool(hooks)):
-            log.info("HTTP endpoints on %s:%s", gw.http_host, bound_port(self._http))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        if await bind(runner, host, port, required=required):
+            log.info("HTTP endpoints on %s:%s", host, bound_port(runner))
+        return runner
 
     @property
     def http_port(self) -> int | None:
         """The port the gateway's HTTP server listens on (None: not serving)."""
         return bound_port(self._http)
 
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of the endpoints' own listener (None: none, they are on
+        :attr:`http_port` if served at all)."""
+        return bound_port(self._metrics_http)
+
     def _observe_routes(self) -> list[web.RouteDef]:
         if not self.settings.observe.http_endpoints:
             return []
+        token = self.settings.observe.metrics_token
         return observe_routes(
             deps=self.observer.scrape_deps(self.settings),
             ready=self._ready,
             flush=self.observer.flush,
+            token=token.get_secret_value() if token is not None else None,
         )
 
     async def _ready(self) -> list[Check]:
@@ -244,8 +264,9 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.starter.cancel()
-        if self._http:
-            await self._http.cleanup()
+        for runner in (self._http, self._metrics_http):
+            if runner is not None:
+                await runner.cleanup()
         # Egress and progress end before the adapters they post through: a post after an
         # adapter's stop would fail, or (nio) open a new HTTP session that nobody closes.
         await cancel_all(self._tasks)

@@ -38,7 +38,7 @@ module            what
 ``job_observer``  the job entry points' scope: span, queue wait, model tokens and cost
 ``scope``         contextvars naming the current run and session; the model-call hook
 ``tracing``       optional OpenTelemetry (``fanbot[otel]``), a no-op when not configured
-``health``        readiness checks -> status and JSON body (pure)
+``health``        readiness checks -> status and JSON body; who may read them (pure)
 ``gateway``       the gateway's routes, ingress span and inbound/egress counting
 ``serve``         the worker launcher's ``--metrics-port`` HTTP server
 ================  ====================================================================

@@ -1,9 +1,11 @@
 """The gateway's observing: ``/metrics``, ``/healthz`` and ``/readyz`` routes, inbound
 outcomes and webhook bad requests counted, and the ingress span of each message.
 
-The routes join the adapters' webhooks on the gateway's one HTTP server
-(``FANBOT_GATEWAY__HTTP_HOST``/``__HTTP_PORT``); ``FANBOT_OBSERVE__HTTP_ENDPOINTS=false``
-leaves them out.
+The routes join the adapters' webhooks on the gateway's HTTP server
+(``FANBOT_GATEWAY__HTTP_HOST``/``__HTTP_PORT``), or get a listener of their own with
+``FANBOT_OBSERVE__METRICS_PORT``; ``FANBOT_OBSERVE__METRICS_TOKEN`` guards ``/metrics``
+and ``/readyz`` (:func:`bot.observe.health.authorized`);
+``FANBOT_OBSERVE__HTTP_ENDPOINTS=false`` leaves them out.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from bot.deps import Deps
 from bot.observe import metric_defs as catalog
 from bot.observe import tracing
 from bot.observe.export import CONTENT_TYPE_LATEST, render, scrape_deps
-from bot.observe.health import ALIVE, Check, verdict
+from bot.observe.health import ALIVE, UNAUTHORIZED, Check, authorized, verdict
 from bot.store.metrics import FLUSH_SECONDS, MetricsStore, Update
 from bot.store.outbox import entry_time
 from bot.types import Inbound, Outbound, OutboundKind
@@ -157,13 +159,29 @@ def counted_routes(
 
 
 ReadyCheck = Callable[[], Awaitable[list[Check]]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def observe_routes(
-    *, deps: Deps, ready: ReadyCheck, flush: Callable[[], Awaitable[None]] | None = None
+    *,
+    deps: Deps,
+    ready: ReadyCheck,
+    flush: Callable[[], Awaitable[None]] | None = None,
+    token: str | None = None,
 ) -> list[web.RouteDef]:
     """``/metrics`` (Prometheus text; ``flush``: write this process's kept metrics
-    first), ``/healthz`` and ``/readyz`` (JSON)."""
+    first), ``/healthz`` and ``/readyz`` (JSON); with ``token``, the first and last
+    answer 401 without ``Authorization: Bearer <token>``."""
+
+    def guarded(handler: Handler) -> Handler:
+        async def run(request: web.Request) -> web.StreamResponse:
+            if not authorized(request.path, request.headers.get("Authorization"), token):
+                return web.json_response(
+                    UNAUTHORIZED, status=401, headers={"WWW-Authenticate": "Bearer"}
+                )
+            return await handler(request)
+
+        return run
 
     async def metrics(_request: web.Request) -> web.Response:
         if flush is not None:
@@ -178,7 +196,11 @@ def observe_routes(
         status, body = verdict(await ready())
         return web.json_response(body, status=status)
 
-    return [web.get("/metrics", metrics), web.get("/healthz", healthz), web.get("/readyz", readyz)]
+    return [
+        web.get("/metrics", guarded(metrics)),
+        web.get("/healthz", healthz),
+        web.get("/readyz", guarded(readyz)),
+    ]
 
 
 async def redis_ready(client: aioredis.Redis) -> Check:

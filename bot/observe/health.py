@@ -5,10 +5,16 @@ when every check passes, else 503 with a body naming what is not ready::
 
     {"status": "not ready", "not_ready": ["redis"],
      "checks": {"redis": {"ok": false, "detail": "ConnectionError: ..."}, ...}}
+
+Who may read them (:func:`authorized`): with ``FANBOT_OBSERVE__METRICS_TOKEN`` set,
+``/metrics`` and ``/readyz`` need ``Authorization: Bearer <token>`` (they tell queue
+depths, models and what is down); ``/healthz`` stays open, as a liveness probe tells
+nothing (see docs/architecture.md, "Bounded growth and exposure").
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,3 +55,21 @@ def redis_check(connection: Connection) -> Check:
     except (redis.RedisError, OSError) as exc:
         return Check(name="redis", ok=False, detail=f"{type(exc).__name__}: {exc}")
     return Check(name="redis", ok=True)
+
+
+PROTECTED_PATHS = frozenset({"/metrics", "/readyz"})
+"""The endpoints the metrics token guards."""
+
+
+def authorized(path: str, authorization: str | None, token: str | None) -> bool:
+    """Whether a request for ``path`` with this ``Authorization`` header may be answered
+    (``token``: the metrics token; None or empty: everyone may). Constant-time compare."""
+    if not token or path not in PROTECTED_PATHS:
+        return True
+    scheme, _, given = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+UNAUTHORIZED: dict[str, Any] = {"error": "unauthorized: send Authorization: Bearer <token>"}

@@ -63,7 +63,8 @@ def job_scope(
 
 def _model_called(deps: Deps, model: str, usage: Usage, ok: bool) -> None:
     cost = estimate_cost(model, usage, deps.settings.prices) if usage.total else None
-    record.write(deps, catalog.model_call(model, usage, cost, ok=ok))
+    label = catalog.model_label(model, catalog.configured_models(deps.settings))
+    record.write(deps, catalog.model_call(label, usage, cost, ok=ok))
 
 
 def _first_token(deps: Deps, run: RunRecord) -> Callable[[], None]:

@@ -4,14 +4,17 @@ functions that turn one event into the :mod:`bot.store.metrics` updates it cause
 Counters and histograms live in Redis (cluster-wide, see :mod:`bot.observe`); gauges are
 read at scrape time (:mod:`bot.observe.export`). Label values come from configuration or
 fixed vocabularies (platform, status, queue, agent, subagent type, model, outcome), so a
-series count stays bounded.
+series count stays bounded: a model name nobody configured is ``other``
+(:func:`model_label`; see docs/architecture.md, "Bounded growth and exposure").
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from dataclasses import dataclass
 
+from bot.config import Settings
 from bot.store.metrics import Count, Observe, Update
 from bot.types import RunRecord, RunStatus, Usage
 
@@ -117,7 +120,31 @@ def first_token(subagent_type: str, seconds: float) -> list[Update]:
     return [_observe(FIRST_TOKEN, {"type": subagent_type}, seconds)]
 
 
+OTHER_MODEL = "other"
+"""The ``model`` label of every model name outside the configured ones."""
+MAX_MODEL_LABEL_CHARS = 64
+
+
+def configured_models(settings: Settings) -> frozenset[str]:
+    """The model names settings name (default, list, prices, agents', subagent types'): the
+    only ones that become a ``model`` label. A name a spawn requested is not among them
+    (with no model list it is trusted, not configured)."""
+    names = {settings.openai.model, *settings.openai.models, *settings.prices}
+    names |= {settings.subagents.model or ""}
+    names |= {t.model or "" for t in settings.subagent_types}
+    for agent in settings.agents.values():
+        names |= {agent.model or "", agent.subagent_model or ""}
+    return frozenset(names - {""})
+
+
+def model_label(model: str, known: Collection[str]) -> str:
+    """``model`` as a ``model`` label: itself (cut to :data:`MAX_MODEL_LABEL_CHARS`) if
+    ``known`` has it, else :data:`OTHER_MODEL`, so requests cannot mint series."""
+    return model[:MAX_MODEL_LABEL_CHARS] if model in known else OTHER_MODEL
+
+
 def model_call(model: str, usage: Usage, cost: float | None, *, ok: bool) -> list[Update]:
+    """One model call's updates; ``model`` is already a label (:func:`model_label`)."""
     updates: list[Update] = [
         Count(MODEL_CALLS.name, {"model": model, "outcome": "ok" if ok else "error"}),
         Count(MODEL_TOKENS.name, {"model": model, "kind": "prompt"}, usage.prompt_tokens),

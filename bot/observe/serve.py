@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from bot.deps import Deps
 from bot.errors import ConfigError
 from bot.observe.export import CONTENT_TYPE_LATEST, render, scrape_deps
-from bot.observe.health import ALIVE, Check, redis_check, verdict
+from bot.observe.health import ALIVE, UNAUTHORIZED, Check, authorized, redis_check, verdict
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ class WorkerEndpoints:
     deps: Deps
     expected: int
     pids: WorkerPids
+    token: str | None = None
 
     def checks(self) -> list[Check]:
         redis = redis_check(self.deps.connection)
@@ -59,7 +60,9 @@ def _handler(endpoints: WorkerEndpoints) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path == "/metrics":
+            if not authorized(path, self.headers.get("Authorization"), endpoints.token):
+                self._json(401, UNAUTHORIZED, challenge=True)
+            elif path == "/metrics":
                 self._send(200, render(endpoints.deps), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
                 self._json(200, ALIVE)
@@ -70,11 +73,15 @@ def _handler(endpoints: WorkerEndpoints) -> type[BaseHTTPRequestHandler]:
                     404, {"error": "not found", "paths": ["/metrics", "/healthz", "/readyz"]}
                 )
 
-        def _json(self, status: int, body: dict[str, Any]) -> None:
-            self._send(status, json.dumps(body).encode(), "application/json")
+        def _json(self, status: int, body: dict[str, Any], *, challenge: bool = False) -> None:
+            self._send(status, json.dumps(body).encode(), "application/json", challenge)
 
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
+        def _send(
+            self, status: int, body: bytes, content_type: str, challenge: bool = False
+        ) -> None:
             self.send_response(status)
+            if challenge:
+                self.send_header("WWW-Authenticate", "Bearer")
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -125,8 +132,11 @@ def serve_worker_endpoints(
     if not port:
         return None
     own = scrape_deps(deps.settings)
+    secret = deps.settings.observe.metrics_token
+    token = secret.get_secret_value() if secret is not None else None
+    endpoints = WorkerEndpoints(deps=own, expected=expected, pids=pids, token=token)
     try:
-        return serve(WorkerEndpoints(deps=own, expected=expected, pids=pids), host=host, port=port)
+        return serve(endpoints, host=host, port=port)
     except OSError as exc:
         own.close()
         raise ConfigError(f"--metrics-port {port}: cannot listen on {host}:{port} ({exc})") from exc

@@ -2,6 +2,7 @@
 
 Bounded both ways: at most ``max_messages`` entries, each entry's content at most
 ``max_chars`` characters (cut with a note), so loading a session's history has a fixed cost.
+And bounded in time: each append sets the session's TTL again (:mod:`bot.store.session_ttl`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import redis
 from bot.keys import Keys
 from bot.store.lua_parts import Fragment, Part
 from bot.store.owner import RedisOwner
+from bot.store.session_ttl import DEFAULT_TTL, refresh
 from bot.text.clip import clip
 
 Message = dict[str, Any]
@@ -23,21 +25,25 @@ local function append_history(k, a)
   if a[1] ~= '' then
     redis.call('RPUSH', k[1], a[1])
     redis.call('LTRIM', k[1], -tonumber(a[2]), -1)
+    redis.call('EXPIRE', k[1], a[3])
   end
 end
 """
-APPEND_HISTORY = Fragment(name="append_history", lua=_APPEND_HISTORY, keys=1, args=2)
+APPEND_HISTORY = Fragment(name="append_history", lua=_APPEND_HISTORY, keys=1, args=3)
 """Appending one message as a piece of a script spanning owners (``a``: the JSON message or
-``""``, how many messages the session keeps); see :mod:`bot.store.lua_parts`."""
+``""``, how many messages the session keeps, its TTL); see :mod:`bot.store.lua_parts`."""
 
 
 def append_history_part(
-    keys: Keys, session_key: str, message: Message | None, *, max_messages: int
+    keys: Keys, session_key: str, message: Message | None, *, max_messages: int, ttl: int
 ) -> Part:
-    """:data:`APPEND_HISTORY`'s part for appending ``message`` (None: nothing)."""
+    """:data:`APPEND_HISTORY`'s part for appending ``message`` (None: nothing); ``ttl``:
+    the session's retention in seconds."""
     data = json.dumps(message) if message else ""
     return Part(
-        fragment=APPEND_HISTORY, keys=(keys.history(session_key),), args=(data, max_messages)
+        fragment=APPEND_HISTORY,
+        keys=(keys.history(session_key),),
+        args=(data, max_messages, ttl),
     )
 
 
@@ -49,14 +55,22 @@ class HistoryStore(RedisOwner):
         keys: Key builder.
         max_messages: Older messages are trimmed away beyond this many.
         max_chars: A single message's content is cut to this length, with a note.
+        ttl: Seconds the session lives after its last write (``FANBOT_SESSIONS__RETENTION_DAYS``).
     """
 
     def __init__(
-        self, *, redis: redis.Redis, keys: Keys, max_messages: int = 60, max_chars: int = 16_000
+        self,
+        *,
+        redis: redis.Redis,
+        keys: Keys,
+        max_messages: int = 60,
+        max_chars: int = 16_000,
+        ttl: int = DEFAULT_TTL,
     ) -> None:
         super().__init__(redis=redis, keys=keys)
         self.max_messages = max_messages
         self.max_chars = max_chars
+        self.ttl = ttl
 
     def append(
         self, session_key: str, *messages: Message, pipe: redis.client.Pipeline | None = None
@@ -68,6 +82,7 @@ class HistoryStore(RedisOwner):
         if pipe is not None:
             pipe.rpush(key, *(json.dumps(self._bounded(m)) for m in messages))
             pipe.ltrim(key, -self.max_messages, -1)
+            refresh(pipe, self.keys, session_key, self.ttl)
             return
         with self.redis.pipeline() as own:
             self.append(session_key, *messages, pipe=own)

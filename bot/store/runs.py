@@ -32,6 +32,7 @@ from bot.store.outbox import put_outbound_part
 from bot.store.owner import Lua, RedisOwner
 from bot.store.progress import PROGRESS_MAXLEN, PUT_PROGRESS_LUA, final_progress_part
 from bot.store.run_codec import decode_record, encode_record
+from bot.store.session_ttl import DEFAULT_TTL, refresh
 from bot.store.stops import recheck_run_part
 from bot.store.workspace import HASHES_LUA
 from bot.types import Outbound, RunRecord, RunStatus
@@ -335,14 +336,19 @@ class RunsRegistry(RedisOwner):
         keys: Keys,
         history_max: int = 60,
         metrics: MetricsStore | None = None,
+        session_ttl: int = DEFAULT_TTL,
     ) -> None:
         super().__init__(redis=redis, keys=keys)
         self.history_max = history_max
+        self.session_ttl = session_ttl  # bot.store.session_ttl: each write sets it again
         self._finalize = FinalizeScript(redis=redis, end_run=END_RUN)
         self._metrics = metrics or MetricsStore(redis=redis, keys=keys)
 
     def next_seq(self, session_key: str) -> int:
-        return int(self.redis.incr(self.keys.session_seq(session_key)))
+        with self.redis.pipeline() as pipe:
+            pipe.incr(self.keys.session_seq(session_key))
+            refresh(pipe, self.keys, session_key, self.session_ttl)
+            return int(pipe.execute()[0])
 
     def create(self, record: RunRecord) -> bool:
         """Record a new run; one with a ``join_id`` joins that fan-in in the same script,
@@ -358,6 +364,7 @@ class RunsRegistry(RedisOwner):
             )
             pipe.zadd(self.keys.all_runs, {record.run_id: record.created_at})
             pipe.sadd(self.keys.active_runs, record.run_id)
+            refresh(pipe, self.keys, record.session_key, self.session_ttl)
             pipe.execute()
         return False
 
@@ -379,7 +386,11 @@ class RunsRegistry(RedisOwner):
         ]
         for name, value in encode_record(record).items():
             args.extend([name, value])
-        return bool(self._create_joined(keys=keys, args=args))
+        joined = bool(self._create_joined(keys=keys, args=args))
+        with self.redis.pipeline() as pipe:
+            refresh(pipe, self.keys, record.session_key, self.session_ttl)
+            pipe.execute()
+        return joined
 
     def get(self, run_id: str) -> RunRecord | None:
         raw = self.redis.hgetall(self.keys.run(run_id))
@@ -638,6 +649,7 @@ class RunsRegistry(RedisOwner):
                 record.session_key,
                 outcome.history_entry,
                 max_messages=self.history_max,
+                ttl=self.session_ttl,
             ),
             slot=free_slot_part(slot_key or "", record.job_id),
             progress=final_progress_part(

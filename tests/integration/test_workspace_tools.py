@@ -252,3 +252,12 @@ def test_grep_globs_and_literal_patterns(call: Call) -> None:
     assert call("grep", pattern="(1)", path="src/a.py", output_mode="count") == "/src/a.py:1"
     assert call("grep", pattern=".*", glob="*") == "no matches for '.*'"  # literal, not regex
     assert call("grep", pattern="x", glob="*a*a*a*a*a*a*a*a*a*").startswith("error: glob has")
+
+
+@pytest.mark.timeout(20)
+def test_grep_with_a_pathological_glob_answers(call: Call) -> None:
+    """Issue 27: ``*a*a*a*a*a*a*b`` on a 120-character name backtracked for minutes."""
+    name = "a" * 120
+    call("write_file", file_path=name, content="needle\n")
+    call("write_file", file_path="x" + "a" * 60 + "b", content="needle\n")
+    assert call("grep", pattern="needle", glob="*a*a*a*a*a*a*b") == "/x" + "a" * 60 + "b"

@@ -19,9 +19,9 @@ def test_the_body_lays_the_fragments_out_in_order() -> None:
     lua = assemble(END_RUN)
     assert "recheck_run({KEYS[1]}, {ARGV[1], ARGV[2]})" in lua
     assert "local ended, tools, inbox, receipts = end_run({KEYS[2], KEYS[3]," in lua
-    assert "put_final_progress({KEYS[12]}, {ARGV[15], ARGV[16]," in lua
-    assert "ARGV[21]}, tools)" in lua  # the tool count end_run read from the run's hash
-    assert "apply_metrics({KEYS[13], KEYS[14]}, {ARGV[22]})" in lua
+    assert "put_final_progress({KEYS[12]}, {ARGV[16], ARGV[17]," in lua
+    assert "ARGV[22]}, tools)" in lua  # the tool count end_run read from the run's hash
+    assert "apply_metrics({KEYS[13], KEYS[14]}, {ARGV[23]})" in lua
     assert "return {1 + leave_join({KEYS[15], KEYS[16], KEYS[17], KEYS[18]}" in lua
     # the estimates' sample: laid out last, called before the join's return
     assert (

@@ -68,7 +68,7 @@ PUBLIC_ONLY = AddressPolicy()
         ("192.0.2.1", "192.0.2.1 is not a public address"),  # documentation
         ("198.18.0.1", "not a public address"),  # benchmarking
         ("2001:db8::1", "not a public address"),
-        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "not a public address"),  # Teredo
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "a Teredo (tunnelled IPv4) address"),
     ],
 )
 def test_refused_addresses(address: str, reason: str) -> None:

@@ -12,7 +12,6 @@ compare-and-set, so two edits of one file never lose one.
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Iterator
 from typing import Literal
@@ -21,6 +20,7 @@ from pydantic import AliasChoices, BaseModel, Field
 
 from bot.agent.context import ToolContext
 from bot.agent.tools import Tool
+from bot.agent.tools.globs import Glob, compile_glob
 from bot.config import Settings
 from bot.store.workspace import (
     FileChanged,
@@ -177,10 +177,11 @@ def _grep(ctx: ToolContext, args: GrepArgs) -> str:
     root = normalize_path(args.path or "/", directory=True)
     paths = [p for p in ctx.deps.workspace.paths(ctx.workspace) if _under(p, root)]
     if args.glob and args.glob.count("*") > MAX_GLOB_STARS:
-        # Each star is a loop in the matcher: many of them could backtrack for minutes.
+        # The matcher is linear (bot.agent.tools.globs); this only keeps globs readable.
         raise WorkspaceError(f"glob has more than {MAX_GLOB_STARS} '*'")
     if args.glob:
-        paths = [p for p in paths if _glob_match(args.glob, p, root)]
+        compiled = compile_glob(args.glob.lstrip("/"))
+        paths = [p for p in paths if _glob_match(args.glob, compiled, p, root)]
     hits: list[str] = []
     for path, lines in _search(ctx, paths, args.pattern):
         if args.output_mode == "files_with_matches":
@@ -214,40 +215,13 @@ def _search(
         yield path, [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if needle in ln]
 
 
-def _glob_match(glob: str, path: str, root: str) -> bool:
+def _glob_match(glob: str, compiled: Glob, path: str, root: str) -> bool:
     """A glob with no ``/`` matches file names (``*.py``); one starting with ``/`` matches
     whole paths; any other matches the path below the search root (``src/**/*.py``)."""
-    regex = _glob_regex(glob.lstrip("/"))
     if "/" not in glob:
-        return bool(regex.fullmatch(path.rsplit("/", 1)[-1]))
+        return compiled.match(path.rsplit("/", 1)[-1])
     base = "/" if glob.startswith("/") else root.rstrip("/") + "/"
-    return path.startswith(base) and bool(regex.fullmatch(path[len(base) :]))
-
-
-def _glob_regex(glob: str) -> re.Pattern[str]:
-    """``*`` and ``?`` within a name, ``**`` across directories, ``[...]`` a class."""
-    out, i = [], 0
-    while i < len(glob):
-        close = glob.find("]", i + 2) if glob[i] == "[" else -1
-        if glob.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif glob.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif close > 0:
-            body = glob[i + 1 : close]
-            negate = body.startswith("!")
-            body = "".join(c if c == "-" else re.escape(c) for c in body[negate:])
-            out.append("[" + "^" * negate + body + "]")
-            i = close + 1
-        else:
-            out.append({"*": "[^/]*", "?": "[^/]"}.get(glob[i], re.escape(glob[i])))
-            i += 1
-    try:
-        return re.compile("".join(out))
-    except re.error as exc:
-        raise WorkspaceError(f"glob {glob!r} is not valid: {exc}") from None
+    return path.startswith(base) and compiled.match(path[len(base) :])
 
 
 def file_tools(settings: Settings) -> list[Tool]:

@@ -3,7 +3,8 @@
 The model chooses the URLs, so a fetch must never become a way into the worker's own
 network: loopback, private, link-local, shared (CGNAT), multicast, reserved and cloud
 metadata addresses are refused, also when an IPv6 address carries one (IPv4-mapped,
-IPv4-compatible, 6to4, NAT64). The host is resolved here, once, every address it resolves
+IPv4-translated, IPv4-compatible, 6to4, NAT64; Teredo and local-use NAT64, whose IPv4
+address cannot be judged, are refused whole). The host is resolved here, once, every address it resolves
 to is judged, and the caller connects to one of those very addresses: there is no second
 lookup that a rebinding DNS server could answer differently. ``FANBOT_WEB__ALLOW_HOSTS``
 exempts named hosts or networks (an intranet, test servers).
@@ -45,14 +46,19 @@ _RANGES: tuple[tuple[str, tuple[IPNetwork, ...]], ...] = tuple(
         # 64:ff9b:1::/48 is local-use NAT64 (RFC 8215): the operator's own translator, with
         # the IPv4 address at a prefix-dependent place, so the whole prefix is refused.
         ("a reserved address", ("240.0.0.0/4", "fec0::/10", "64:ff9b:1::/48")),
+        # Teredo (RFC 4380) tunnels to an IPv4 host through a relay chosen by the network:
+        # refused whole rather than left to ``is_global``, whose table changes by version.
+        ("a Teredo (tunnelled IPv4) address", ("2001::/32",)),
     )
 )
 _NAT64 = ip_network("64:ff9b::/96")
+_IPV4_TRANSLATED = ip_network("::ffff:0:0:0/96")  # RFC 2765's SIIT form, ::ffff:0:a.b.c.d
 _IPV4_COMPATIBLE = ip_network("::/96")
 
 
 def embedded_ipv4(ip: IPAddress) -> IPAddress:
-    """The IPv4 address an IPv6 one stands for (mapped, compatible, 6to4, NAT64), else ``ip``.
+    """The IPv4 address an IPv6 one stands for (mapped, translated, compatible, 6to4,
+    NAT64), else ``ip``.
 
     Each of these reaches an IPv4 host, so it is judged as that host.
     """
@@ -61,7 +67,8 @@ def embedded_ipv4(ip: IPAddress) -> IPAddress:
     inner = ip.ipv4_mapped or ip.sixtofour
     if inner is not None:
         return inner
-    if ip in _NAT64 or (ip in _IPV4_COMPATIBLE and int(ip) > 1):  # :: and ::1 are IPv6's own
+    compatible = ip in _IPV4_COMPATIBLE and int(ip) > 1  # :: and ::1 are IPv6's own
+    if ip in _NAT64 or ip in _IPV4_TRANSLATED or compatible:
         return IPv4Address(int(ip) & 0xFFFF_FFFF)
     return ip
 

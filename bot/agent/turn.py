@@ -193,6 +193,10 @@ def _park(deps: Deps, job: TurnJob, job_id: str, approval_id: str) -> None:
     log.info("turn %s parked on approval %s", job.reply_key, approval_id)
 
 
+SPAWNED = frozenset({"accepted", "waiting_for_approval"})
+"""The ``sessions_spawn`` answers that made a run (one held for its cost counts too)."""
+
+
 def spawned_in(steps: list[dict[str, Any]]) -> list[str]:
     """The runs the recorded steps of this turn spawned (pure): an attempt that goes on
     (after an approval or a lost worker) counts them against ``max_spawns_per_turn``."""
@@ -211,7 +215,7 @@ def spawned_in(steps: list[dict[str, Any]]) -> list[str]:
             answer = json.loads(str(m.get("content") or ""))
         except ValueError:
             continue
-        if isinstance(answer, dict) and answer.get("status") == "accepted":
+        if isinstance(answer, dict) and answer.get("status") in SPAWNED:
             found.append(str(answer.get("runId") or ""))
     return found
 

@@ -56,8 +56,15 @@ def test_the_loop_wraps_outside_results_only() -> None:
     model = FunctionModel(answer)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     tools = [_tool("fetchy", outside=True), _tool("mine", outside=False)]
-    run_loop(model=model, model_name="m", messages=messages, tools=tools, ctx=_ctx(),
-             max_steps=3, meter=Meter())  # fmt: skip
+    run_loop(
+        model=model,
+        model_name="m",
+        messages=messages,
+        tools=tools,
+        ctx=_ctx(),
+        max_steps=3,
+        meter=Meter(),
+    )
     results = [m["content"] for m in messages if m.get("role") == "tool"]
     assert results[0] == untrusted("fetchy", PAGE)
     assert results[1] == "42"
@@ -83,9 +90,18 @@ def test_a_resumed_turn_counts_the_spawns_its_steps_made() -> None:
     call = {"id": "c1", "type": "function", "function": {"name": "sessions_spawn"}}
     other = {"id": "c3", "type": "function", "function": {"name": "calculate"}}
     steps = [
-        {"role": "assistant", "content": "", "tool_calls": [call, {**call, "id": "c2"}, other]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [call, {**call, "id": "c2"}, other, {**call, "id": "c4"}],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": '{"status": "accepted", "runId": "r1"}'},
         {"role": "tool", "tool_call_id": "c2", "content": "error: at most 1 spawns per turn"},
         {"role": "tool", "tool_call_id": "c3", "content": '{"status": "accepted", "runId": "x"}'},
+        {
+            "role": "tool",
+            "tool_call_id": "c4",
+            "content": '{"status": "waiting_for_approval", "runId": "r4"}',
+        },  # held for its cost
     ]
-    assert spawned_in(steps) == ["r1"]
+    assert spawned_in(steps) == ["r1", "r4"]

@@ -182,7 +182,7 @@ def _abort_turn(req: CommandRequest) -> str:
         return ""
     if not (actor.is_admin or turn.owner == actor.qualified):
         return "The answer in progress was asked for by someone else, so I left it running."
-    stop_turn(req.deps, req.session_key, job_id=turn.job_id)
+    stop_turn(req.deps, req.session_key, job_id=turn.job_id, approval_id=turn.approval_id)
     return f"{Icon.STOPPED} Stopping the answer in progress."
 
 

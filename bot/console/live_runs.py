@@ -107,7 +107,10 @@ def stop_in_flight(deps: Deps, snapshot: InFlight, *, by: str) -> int:
     ended = sum(stop_run(deps, r.run_id, by=by).ended for r in snapshot.runs)
     for session_key in snapshot.turns:
         turn = running_turn(deps, session_key)
-        stop_turn(deps, session_key, job_id=turn.job_id if turn else None)
-        if turn is not None:
+        if turn is None:
+            stop_turn(deps, session_key)
+            continue
+        stop_turn(deps, session_key, job_id=turn.job_id, approval_id=turn.approval_id)
+        if turn.job_id is not None:
             deps.jobs.send_stop(turn.job_id)
     return ended

@@ -295,16 +295,20 @@ def expire_due(deps: Deps, *, now: float | None = None) -> list[str]:
 
 
 def withdraw(deps: Deps, approval_id: str) -> None:
-    """The run was stopped while it waited: the request says so, and nothing resumes."""
+    """The run (or turn) was stopped while it waited: the request says so. A run does not
+    resume (its stop ends it); a turn's resume job is queued, and it answers "Stopped."."""
     if deps.approvals.decide(approval_id, state=ApprovalState.EXPIRED, by="", arguments=""):
         approval = deps.approvals.get(approval_id)
         if approval is not None and approval.kind is ApprovalKind.SPAWN:
             _edit_request(deps, approval, spawn_approval.withdrawn_text(approval))
         elif approval is not None:
             head = f"{subject(approval)}: `{approval.call.name}`"
+            what = "the answer" if approval.for_turn else "the run"
             _edit_request(
-                deps, approval, f"{Icon.STOPPED} {head}: the run was stopped before a decision."
+                deps, approval, f"{Icon.STOPPED} {head}: {what} was stopped before a decision."
             )
+            if approval.for_turn:
+                _resume_turn(deps, approval)
 
 
 def _settle(deps: Deps, approval_id: str) -> ApprovalRecord | None:

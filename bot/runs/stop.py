@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bot.deps import Deps
@@ -32,6 +32,7 @@ from bot.runs.stop_plan import StopPlan, StopState, plan_stop, to_stop
 from bot.sessions import qualified_user
 from bot.store.runs import OutFiles
 from bot.store.stops import TURN_MEMBER
+from bot.store.turn_attempts import PARKED
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus
 
 log = logging.getLogger(__name__)
@@ -214,29 +215,43 @@ def _pending_job(deps: Deps, member: str, now: float) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class TurnInfo:
-    """The executing main-agent turn of a session: its job and whose message it answers."""
+    """The session's main-agent turn in progress: its job (or the approval it is parked
+    on) and whose message it answers."""
 
-    job_id: str
+    job_id: str | None
     owner: str
+    approval_id: str = ""
 
 
 def running_turn(deps: Deps, session_key: str) -> TurnInfo | None:
-    """The session's executing turn, if any."""
+    """The session's executing turn, else its turn parked for an approval, if any."""
     for job_id, payload in deps.jobs.started_turns():
         if payload.get("session_key") == session_key:
-            owner = qualified_user(str(payload.get("platform")), str(payload.get("sender_id")))
-            return TurnInfo(job_id=job_id, owner=owner)
+            return TurnInfo(job_id=job_id, owner=_owner(payload))
+    for entry in deps.turn_attempts.in_flight():
+        if entry.state == PARKED and entry.payload.get("session_key") == session_key:
+            return TurnInfo(job_id=None, owner=_owner(entry.payload), approval_id=entry.approval)
     return None
 
 
-def stop_turn(deps: Deps, session_key: str, *, job_id: str | None = None) -> None:
+def _owner(payload: Mapping[str, object]) -> str:
+    return qualified_user(str(payload.get("platform")), str(payload.get("sender_id")))
+
+
+def stop_turn(
+    deps: Deps, session_key: str, *, job_id: str | None = None, approval_id: str = ""
+) -> None:
     """Ask the session's running turn to end at its next step (it answers "Stopped.").
 
     A turn blocked in a long model call never reaches its next step, so ``job_id`` (the
     executing turn) also goes into ``stops:pending``: the sweep hard-stops it if it still
-    executes after the grace.
+    executes after the grace. A turn parked on ``approval_id`` has no job: its request is
+    withdrawn, which queues its resume job, and that job sees the stop and answers
+    "Stopped." (docs/architecture.md, "Approvals: one gate").
     """
     deps.stops.stop_turn(session_key, ttl=deps.settings.turn_timeout_seconds)
+    if approval_id:
+        withdraw(deps, approval_id)
     if job_id:
         due = time.time() + deps.settings.subagents.hard_kill_grace_seconds
         deps.stops.recheck_turn(job_id, at=due)

@@ -18,6 +18,9 @@ from rq.serializers import JSONSerializer
 
 from bot.agent.turn import execute_turn
 from bot.agent.turn_recover import reap_turns
+from bot.commands import default_router
+from bot.commands.parse import parse_command
+from bot.commands.router import CommandRequest
 from bot.config import Settings
 from bot.deps import Deps
 from bot.runs.approval_gate import RESUME_PREFIX, decide, expire_due, parse_decision
@@ -25,6 +28,7 @@ from bot.store.jobs import TurnJob
 from bot.testing.function_model import FunctionModel
 from bot.testing.scripted import Call, ChatRequest, Reply, ScriptedModel, Text, ToolCalls
 from bot.text.untrusted import RULE
+from bot.types import Inbound, Sender, ThreadRef
 
 SESSION = "agent:main:console:c:thread:t"
 THREAD = {"platform": "console", "account": "a", "chat": "c", "thread": "t"}
@@ -222,4 +226,51 @@ def test_a_resume_job_whose_worker_died_goes_on_in_a_new_attempt(redis_url: str)
     assert text.endswith("| 4") and replies(deps, job) == [text]
     asked = [m for m in outbox(deps) if m.get("actions")]
     assert len(asked) == 1  # one request, never a second
+    deps.close()
+
+
+def stop_command(deps: Deps, user: str) -> str:
+    parsed = parse_command("/stop")
+    assert parsed is not None
+    inbound = Inbound(
+        thread=ThreadRef.from_json(THREAD),
+        sender=Sender(user_id=user, display_name=user),
+        text="/stop",
+        message_id=f"stop-{user}",
+    )
+    request = CommandRequest(command=parsed, inbound=inbound, session_key=SESSION, deps=deps)
+    return default_router().dispatch(request)
+
+
+def test_stop_withdraws_a_parked_turns_request_and_the_turn_answers_stopped(
+    redis_url: str,
+) -> None:
+    """``/stop`` while the agent waits for a person: only the asker (or an admin) may; the
+    request says the answer was stopped, the turn's resume job answers "Stopped." once,
+    and nothing gated runs."""
+    deps = deps_for(redis_url)
+    model = FunctionModel(ScriptedModel().on(lambda r: True, script))
+    job = turn("m6")
+    approval_id = parked(deps, model, job)
+
+    assert "asked for by someone else" in stop_command(deps, "bob")
+    assert deps.turn_attempts.parked_on(job.reply_key) == approval_id  # bob changed nothing
+
+    assert "Stopping the answer in progress" in stop_command(deps, "alice")
+    [request] = [
+        m for m in outbox(deps) if m["idempotency_key"] == f"approval:{approval_id}:outcome"
+    ]
+    assert request["text"] == (
+        "⏹️ The agent: `write_file`: the answer was stopped before a decision."
+    )
+    late = parse_decision(f"!approve {approval_id}")
+    assert late is not None
+    assert decide(deps, late, platform="console", user_id="alice").refused  # decided already
+
+    text = execute_turn(
+        deps, model, resume_job(deps, approval_id), job_id=RESUME_PREFIX + approval_id
+    )
+    assert text == "Stopped." and replies(deps, job) == ["Stopped."]
+    assert deps.workspace.get_text(SESSION, "/direct.txt") is None
+    assert deps.turn_attempts.get(job.reply_key) is None
     deps.close()

@@ -47,6 +47,8 @@ MAX_PAUSE = 600.0
 """A ``Retry-After`` longer than this is taken as this."""
 MAX_WAIT = 900.0
 """A call without a deadline (a main-agent turn) waits at most this long for room."""
+RETRY_HEADER = "x-stainless-retry-count"
+"""The SDK's header saying which retry an attempt is; our own retries send it as it would."""
 RETRIED_STATUSES = frozenset({408, 409, 429})
 """Statuses retried (with every 5xx), as the SDK retries them."""
 
@@ -195,7 +197,8 @@ class OpenAIChatModel:
         for attempt in range(retries + 1):
             grant = self._wait_for_room(limits, guess, deadline, request.on_wait)
             try:
-                return client.chat.completions.create(**kwargs), grant
+                headers = {**kwargs.get("extra_headers", {}), RETRY_HEADER: str(attempt)}
+                return client.chat.completions.create(**kwargs | {"extra_headers": headers}), grant
             except openai.APIError as exc:
                 limits.settle(self._endpoint, grant, tokens=0)
                 delay = _retry_delay(exc, attempt)

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from bot.commands.registry import subcommand
 from bot.commands.router import CommandRequest
 from bot.errors import FanbotError
-from bot.runs.estimate import text_of
+from bot.runs.estimate import NO_ESTIMATE, text_of
 from bot.runs.naming import Icon, RunRef, run_title
 from bot.runs.quota import BY_COMMAND
 from bot.runs.spawn import SpawnRequest, spawn_run
 from bot.runs.type_registry import subagent_types
+from bot.types import RunRecord
 
 MAX_TASK_CHARS = 20_000
 SPAWN_USAGE = f"`{subcommand('spawn').spelled}`, e.g. `/subagents spawn explore map the repo`"
@@ -79,6 +80,13 @@ def parse_spawn(rest: str, types: Collection[str]) -> SpawnAsk | str:
     return SpawnAsk(subagent_type=parsed.subagent_type, task=parsed.task, own_thread=bool(flags))
 
 
+def shown_estimate(record: RunRecord) -> str:
+    """The estimate line's text; none before the type and model have runs to go by (a
+    person is not told on every first spawn that nothing is known yet; the model is)."""
+    text = text_of(record)
+    return "" if text == NO_ESTIMATE else text
+
+
 def started_text(
     seq: int,
     type_name: str,
@@ -132,7 +140,7 @@ def handle_spawn(req: CommandRequest) -> str:
         record.subagent_type,
         record.task,
         record.warnings,
-        estimate=text_of(record),
+        estimate=shown_estimate(record),
         held=bool(record.approval_id),
     )
     return text + (f"\n{Icon.THREAD} Opening a thread of its own…" if parsed.own_thread else "")

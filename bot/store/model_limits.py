@@ -47,7 +47,7 @@ local paused = tonumber(redis.call('GET', KEYS[3]) or '0')
 if paused > now then return {0, paused - now, 'paused'} end
 local window, max_req, max_tok = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local want = tonumber(ARGV[5])
-if max_req <= 0 and max_tok <= 0 then return {1, 0, ''} end
+if max_req <= 0 and max_tok <= 0 then return {1, 0, 'free'} end
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window)
 if #old > 0 then
   local freed = 0
@@ -83,8 +83,8 @@ redis.call('PEXPIRE', KEYS[2], window * 2)
 return {1, 0, ''}
 """
 """KEYS: requests log, tokens hash, paused key. ARGV: window ms (margin included), max
-requests, max tokens (0: no limit), grant id, tokens wanted. Returns ``{1, 0, ''}`` (granted)
-or ``{0, wait_ms, why}`` (``paused``, ``requests`` or ``tokens``). A request alone in the
+requests, max tokens (0: no limit), grant id, tokens wanted. Returns ``{1, 0, ''}`` (granted),
+``{1, 0, 'free'}`` (no limit: nothing logged, nothing to settle) or ``{0, wait_ms, why}`` (``paused``, ``requests`` or ``tokens``). A request alone in the
 window is granted whatever its tokens, so one call larger than the limit still goes."""
 
 _SETTLE = """
@@ -171,8 +171,8 @@ class ModelLimits(RedisOwner):
         ]
         ok, wait_ms, why = self._acquire(keys=keys, args=args)
         reason = why.decode() if isinstance(why, bytes) else str(why)
-        if int(ok):
-            return Grant(granted=True, grant_id=grant_id)
+        if int(ok):  # with no limit nothing was logged: no grant to settle
+            return Grant(granted=True, grant_id="" if reason == "free" else grant_id)
         return Grant(granted=False, wait=int(wait_ms) / 1000, why=reason)
 
     def settle(self, endpoint: str, grant_id: str, *, tokens: int) -> None:

@@ -173,5 +173,7 @@ async def test_a_subagent_searches_through_a_worker_and_announces_the_hits(redis
     finally:
         await runner.cleanup()
     assert asked == ["otter rafts"]  # the worker's web_search reached the provider
-    assert "Found: Results for 'otter rafts' (searxng)" in announce.text
+    assert "Found: <untrusted source=\"web_search\">\nResults for 'otter rafts' (searxng)" in (
+        announce.text
+    )  # the model saw the hits marked as data from outside, and echoed them
     assert "1. Sea otter\n   https://example.org/otter\n   Rafts" in announce.text

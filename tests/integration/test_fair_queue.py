@@ -258,7 +258,9 @@ def parked_for_approval(deps: Deps) -> RunRecord:
 
 def decide(deps: Deps, run: RunRecord) -> None:
     """Its approval decided: the resume job ``approval-ab12cd34`` joins the line."""
-    approval = SimpleNamespace(run_id=run.run_id, approval_id="ab12cd34", kind=ApprovalKind.TOOL)
+    approval = SimpleNamespace(
+        run_id=run.run_id, approval_id="ab12cd34", kind=ApprovalKind.TOOL, for_turn=False
+    )
     resume(deps, cast(ApprovalRecord, approval))
 
 

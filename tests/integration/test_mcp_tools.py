@@ -264,4 +264,5 @@ async def test_a_worker_runs_an_mcp_tool_for_the_model(redis_url: str) -> None:
         async with Stack(values=values, adapters=[channel], workers=1) as stack:
             await channel.say("what is 2+3?")
             await stack.wait_for(lambda: bool(channel.replies), timeout=30)
-    assert channel.replies[0].text == "the sum is 5"
+    # the model saw the server's answer marked as data from outside
+    assert channel.replies[0].text == 'the sum is <untrusted source="calc__add">\n5\n</untrusted>'

@@ -115,7 +115,7 @@ def test_a_spawn_from_chat_shows_its_estimate_and_keeps_it_on_the_run(deps: Deps
     run = only_run(deps)
     assert run.estimate and deps.jobs.exists(run.job_id)
     first = command(deps, "/subagents spawn plan sketch it", user="U7")
-    assert first.endswith("\n💰 no estimate yet")  # no plan run has finished yet
+    assert first == "🚀 Started subagent #2 (plan): sketch it"  # no plan run has ended yet
 
 
 def test_the_models_spawn_tool_gets_the_estimate(deps: Deps) -> None:

@@ -25,7 +25,7 @@ def test_the_body_lays_the_fragments_out_in_order() -> None:
     assert "return {1 + leave_join({KEYS[15], KEYS[16], KEYS[17], KEYS[18]}" in lua
     # the estimates' sample: laid out last, called before the join's return
     assert (
-        "record_sample({KEYS[19]}, {ARGV[27], ARGV[28], ARGV[29]})\nreturn {1 + leave_join" in lua
+        "record_sample({KEYS[19]}, {ARGV[28], ARGV[29], ARGV[30]})\nreturn {1 + leave_join" in lua
     )
     assert sum(f.keys for f in steps(END_RUN)) == 19
 

@@ -130,7 +130,7 @@ def test_finalizing_a_huge_result_bounds_history_and_announce(deps: Deps) -> Non
     assert stored.result == result  # the record keeps the model client's bound
     [note] = deps.history.load(record.session_key)
     assert len(note["content"]) < deps.settings.history.max_message_chars + 200
-    assert note["content"].endswith("(truncated, 404,000 more characters)")
+    assert note["content"].endswith("(truncated, 404,000 more characters)\n</untrusted>")
     [announce] = outbox(deps)
     assert "(truncated, 400,000 more characters)" in str(announce["text"])
     assert len(json.dumps(announce)) < deps.settings.subagents.max_result_chars + 2_000

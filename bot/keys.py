@@ -68,6 +68,7 @@ key                                                type       what
 ``{p}limit:notice:{who}:{window}``                 string     the one "slow down" answer of that minute
 ``{p}limit:places:{what}:{who}``                   zset       run/schedule ids holding a place, by when taken
 ``{p}sessions:sweep``                              string     the session TTL sweep's SCAN cursor
+``{p}sessions:sweep:wait``                         string     set while the next sweep pass (or round) is not due
 =================================================  =========  ================================
 """
 

@@ -64,18 +64,37 @@ class SessionSweep(RedisOwner):
         keys: Key builder.
         ttl: The sessions' retention in seconds.
         count: Keys ``SCAN`` looks at per pass (the ``COUNT`` hint).
+        every: Seconds between two passes of one round through the keyspace (fleet-wide).
+        rest: Seconds between two rounds (a round ends when ``SCAN``'s cursor comes back
+            to 0): keys without a TTL only come from before this existed, so the sweep is
+            a backfill, not a hot path. 0 and 0: a pass whenever asked (tests).
     """
 
     _give_ttl = Lua(_GIVE_TTL)
 
-    def __init__(self, *, redis: redis.Redis, keys: Keys, ttl: int, count: int = 500) -> None:
+    def __init__(
+        self,
+        *,
+        redis: redis.Redis,
+        keys: Keys,
+        ttl: int,
+        count: int = 500,
+        every: int = 10,
+        rest: int = 3_600,
+    ) -> None:
         super().__init__(redis=redis, keys=keys)
         self.ttl = ttl
         self.count = count
+        self.every = every
+        self.rest = rest
 
     def sweep_once(self) -> int:
         """One pass from where the last one stopped (the cursor is kept in Redis, so any
-        host's maintenance goes on from there); returns how many keys got a TTL."""
+        host's maintenance goes on from there), if one is due; returns how many keys got a
+        TTL."""
+        wait = self.keys.session_sweep_cursor + ":wait"
+        if self.every and not self.redis.set(wait, 1, nx=True, ex=self.every):
+            return 0  # the last pass (any host's) was less than ``every`` ago
         raw = self.redis.get(self.keys.session_sweep_cursor)
         cursor = int(as_text(raw)) if raw is not None else 0
         pattern = glob_escape(self.keys.prefix) + "session:*"
@@ -84,4 +103,6 @@ class SessionSweep(RedisOwner):
         candidates = [k for k in names if k.endswith(SESSION_KEY_SUFFIXES)]
         given = int(self._give_ttl(keys=candidates, args=[self.ttl])) if candidates else 0
         self.redis.set(self.keys.session_sweep_cursor, int(cursor))
+        if int(cursor) == 0 and self.rest:
+            self.redis.set(wait, 1, ex=self.rest)  # a round is done: rest before the next
         return given

@@ -88,7 +88,7 @@ def test_the_sweep_gives_old_session_keys_a_ttl_in_bounded_passes(deps: Deps) ->
     for key in others:
         deps.redis.sadd(key, "m") if key.endswith("joins") else deps.redis.set(key, "v")
 
-    small = SessionSweep(redis=deps.redis, keys=deps.keys, ttl=2 * DAY, count=20)
+    small = SessionSweep(redis=deps.redis, keys=deps.keys, ttl=2 * DAY, count=20, every=0, rest=0)
     passes, given = 0, 0
     while True:
         passes += 1
@@ -108,3 +108,9 @@ def test_the_maintenance_pass_runs_the_sweep(deps: Deps) -> None:
     deps.redis.rpush(key, "{}")
     sweep(deps)
     assert 0 < int(deps.redis.ttl(key)) <= 2 * DAY
+    # the round is done (a small keyspace: one pass): the sweep rests, whoever asks
+    late = deps.keys.history("agent:main:telegram:43")
+    deps.redis.rpush(late, "{}")
+    assert deps.session_sweep.sweep_once() == 0
+    assert int(deps.redis.ttl(late)) == -1
+    assert int(deps.redis.ttl(deps.keys.session_sweep_cursor + ":wait")) > 3_000

@@ -347,7 +347,8 @@ class RunsRegistry(RedisOwner):
     def next_seq(self, session_key: str) -> int:
         with self.redis.pipeline() as pipe:
             pipe.incr(self.keys.session_seq(session_key))
-            refresh(pipe, self.keys, session_key, self.session_ttl)
+            # its own TTL only: the run's create, which follows, sets the session's again
+            pipe.expire(self.keys.session_seq(session_key), self.session_ttl)
             return int(pipe.execute()[0])
 
     def create(self, record: RunRecord) -> bool:

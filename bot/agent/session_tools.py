@@ -18,7 +18,7 @@ from bot.agent.subagent_types import subagent_types
 from bot.agent.tools import NoArgs, Tool
 from bot.config import Settings
 from bot.errors import ToolError
-from bot.runs.access import Actor, may_control, resolve_run
+from bot.runs.access import Actor, may_control, may_read_tools, resolve_run
 from bot.runs.logview import read_log
 from bot.runs.send import send
 from bot.types import RunRecord
@@ -84,6 +84,11 @@ def _resolve(ctx: ToolContext, token: str) -> RunRecord:
 
 def _history(ctx: ToolContext, args: HistoryArgs) -> str:
     run = _resolve(ctx, args.id)
+    if args.tools:  # the rule `/subagents log … tools` follows, for whoever asked this turn
+        asker = Actor.from_qualified(ctx.requester, ctx.deps.settings.admins)
+        decision = may_read_tools(asker, run)
+        if not decision.allowed:
+            raise ToolError(decision.reason.replace("`", "") + " (ask again without tools)")
     transcripts = ctx.deps.transcripts
     key = transcripts.current_key(run.session_id, archived_at=run.archived_at)
     view = read_log(transcripts, key, limit=args.limit, tools=args.tools)

@@ -171,3 +171,30 @@ def test_tool_results_are_shown_only_to_the_requester_and_admins(admin_deps: Dep
 def test_log_tools_of_an_unknown_run_names_no_run(deps: Deps, target: str) -> None:
     answer = command_by(deps, f"/subagents log {target} tools", "U2")
     assert "🔧" not in answer and "Only an admin" not in answer
+
+
+def test_the_models_sessions_history_shows_tool_results_only_to_the_requester_and_admins(
+    admin_deps: Deps,
+) -> None:
+    """Before: a turn asked by anyone in the thread had the model read another person's
+    run's tool results with ``sessions_history(tools=true)``, and could post them."""
+    deps = admin_deps
+    spawn_with_transcript(deps, rounds=2)  # requested by slack:U1
+    tools = {t.name: t for t in SESSION_TOOLS_LIST}
+
+    def ask(requester: str, **args: Any) -> str:
+        ctx = ToolContext(
+            deps=deps, session_key=SESSION, thread=THREAD, requester=requester, agent_id="main"
+        )
+        return execute_tool(
+            tools, name="sessions_history", arguments=json.dumps(args), ctx=ctx, max_chars=99_999
+        )
+
+    refused = ask("slack:U2", id="1", tools=True)
+    assert refused.startswith("error: Only an admin or the person who started subagent #1")
+    assert refused.endswith("(ask again without tools)") and "calculate" not in refused
+    plain = json.loads(ask("slack:U2", id="1"))  # the conversation stays readable
+    assert [m["role"] for m in plain["messages"]] == ["system", "user", "assistant"]
+    for requester in ("slack:U1", "slack:UADMIN"):
+        full = json.loads(ask(requester, id="1", tools=True))
+        assert full["total"] == 7

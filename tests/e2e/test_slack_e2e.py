@@ -37,6 +37,10 @@ CHANNEL = "C0GENERAL"
 MENTION = "<@U0FANBOT>"
 _SPAWN = re.compile(r"spawn (\w+)(?: (\d))?")
 
+MARK = r"\b[pc]\d{3}-\d{3}\b"
+"""A line mark of the long text; whole words only, so a UUID in the announce's footer
+(``…5c946-4675…``) is never taken for one."""
+
 
 def spoken(request: ChatRequest) -> str:
     """The user's words in a main-agent request (``"<speaker>: <text>"`` -> ``<text>``)."""
@@ -348,7 +352,7 @@ async def test_fifty_thousand_character_result_arrives_in_order_with_code_intact
 ) -> None:
     result = big_result()
     assert len(result) >= 50_000
-    expected = re.findall(r"[pc]\d{3}-\d{3}", result)
+    expected = re.findall(MARK, result)
     sub = lambda _r: Text(result, delay=0.1)  # noqa: E731
     # 429-midway: the 7th post (after the reply, the status and five announce parts) is
     # rate limited for longer than the client waits, so the outbox retries the announce;
@@ -379,7 +383,7 @@ async def test_fifty_thousand_character_result_arrives_in_order_with_code_intact
     assert "runtime " in parts[-1].text
     assert len(parts) >= 10
     assert all(len(p.text) <= 3_900 for p in parts)
-    assert re.findall(r"[pc]\d{3}-\d{3}", "\n".join(p.text for p in parts)) == expected
+    assert re.findall(MARK, "\n".join(p.text for p in parts)) == expected
     posts = [c.status for c in slack.calls_to("chat.postMessage")]
     assert posts == (
         [200] * 6 + [429] + [200] * (len(parts) - 4) if limited else [200] * (len(parts) + 2)

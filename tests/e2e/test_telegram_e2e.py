@@ -38,6 +38,10 @@ GROUP = group()
 BOT = "@fanbot_bot"
 _SPAWN = re.compile(r"spawn (\w+)(?: (\d))?")
 
+MARK = r"\b[pc]\d{3}-\d{3}\b"
+"""A line mark of the long text; whole words only, so a UUID in the announce's footer
+(``…5c946-4675…``) is never taken for one."""
+
 
 def spoken(request: ChatRequest) -> str:
     """The user's words in a main-agent request (``"<speaker>: <text>"`` -> ``<text>``)."""
@@ -285,7 +289,7 @@ async def test_twenty_thousand_character_reply_is_split_and_every_part_accepted(
 ) -> None:
     reply = big_reply()
     assert len(reply) >= 20_000
-    expected = re.findall(r"[pc]\d{3}-\d{3}", reply)
+    expected = re.findall(MARK, reply)
     script = ScriptedModel().on("big reply please", Text(reply)).on(lambda _r: True, main_agent)
     uncut = {"max_outbound_chars": 40_000}  # the default (20,000) would cut this reply
     async with running(redis_url, script, gateway=uncut) as env:
@@ -301,7 +305,7 @@ async def test_twenty_thousand_character_reply_is_split_and_every_part_accepted(
     assert len(tg.calls_to("sendMessage")) == len(parts) + limited
     assert all(p.parse_mode == "HTML" and p.message_thread_id == 11 for p in parts)
     assert all(utf16_len(p.text) <= 4096 for p in parts)
-    assert re.findall(r"[pc]\d{3}-\d{3}", "\n".join(p.text for p in parts)) == expected
+    assert re.findall(MARK, "\n".join(p.text for p in parts)) == expected
     for part in parts:  # code stays in <pre> blocks that open and close in the same part
         pre = "".join(re.findall(r"<pre>.*?</pre>", part.raw_text, re.S))
         assert part.raw_text.count("<pre>") == part.raw_text.count("</pre>")

@@ -68,9 +68,37 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+ServerKind = Literal[
+    "auto",
+    "openai",
+    "azure",
+    "openrouter",
+    "litellm",
+    "vllm",
+    "ollama",
+    "llamacpp",
+    "lmstudio",
+    "gemini",
+    "anthropic",
+    "deepseek",
+    "mistral",
+    "groq",
+    "generic",
+]
+"""What serves an endpoint: decides its wire dialect (:mod:`bot.models.dialect`); ``auto``
+guesses it from the base URL."""
+
+
 class OpenAISettings(_Section):
+    """One OpenAI-compatible endpoint: ``FANBOT_OPENAI__*`` is the default one, each
+    ``[models.endpoints.<name>]`` another (docs/models.md)."""
+
     base_url: str | None = None
     api_key: SecretStr | None = None
+    kind: ServerKind = Field("auto", description="What serves it (its wire dialect).")
+    context_window: int | None = Field(
+        None, ge=512, description="Tokens a call may hold (prompt and answer); unset: unknown."
+    )
     model: str = "gpt-4o-mini"
     models: list[str] = Field(default_factory=list, description="Known model names.")
     request_timeout: float = Field(60.0, gt=0, le=3600)
@@ -114,6 +142,30 @@ class Price(_Section):
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
+    cached_input: float | None = Field(
+        None, ge=0, description="Prompt tokens read from the provider's cache (unset: input)."
+    )
+
+
+class ModelEntry(_Section):
+    """One model on a named endpoint (``[models.models."<endpoint>/<model>"]``)."""
+
+    context_window: int | None = Field(None, ge=512, description="Overrides the endpoint's.")
+    max_output_tokens: int | None = Field(None, ge=1)
+    fallbacks: list[str] = Field(
+        default_factory=list,
+        description="Models (``endpoint/model``) asked, in order, when this one's endpoint "
+        "is down, overloaded or rate limited past the run's patience.",
+    )
+    price: Price | None = Field(None, description="USD per 1M tokens (unset: the price table).")
+
+
+class ModelsSettings(_Section):
+    """Named endpoints and the models on them (``FANBOT_MODELS``); a model is addressed as
+    ``endpoint/model``; ``default`` is the ``FANBOT_OPENAI__*`` endpoint."""
+
+    endpoints: dict[str, OpenAISettings] = Field(default_factory=dict)
+    models: dict[str, ModelEntry] = Field(default_factory=dict)
 
 
 class SubagentSettings(_Section):
@@ -799,6 +851,7 @@ class Settings(BaseSettings):
     admins: list[str] = Field(default_factory=list)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
     prices: dict[str, Price] = Field(default_factory=dict)
+    models: ModelsSettings = Field(default_factory=ModelsSettings)
     subagents: SubagentSettings = Field(default_factory=SubagentSettings)
     workers: WorkerSettings = Field(default_factory=WorkerSettings)
     budgets: BudgetSettings = Field(default_factory=BudgetSettings)

@@ -286,10 +286,19 @@ class ResultFormat(enum.StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class Usage:
-    """Token counts of one or more model calls."""
+    """Token counts of one or more model calls.
+
+    ``cached_tokens`` (prompt tokens the provider served from its cache) are part of
+    ``prompt_tokens``; ``reasoning_tokens`` are part of ``completion_tokens`` (readers
+    normalize servers that report them apart). ``estimated``: at least one call's usage was
+    not reported by the server and was counted here instead (docs/models.md).
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    estimated: bool = False
 
     @property
     def total(self) -> int:
@@ -299,6 +308,9 @@ class Usage:
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            estimated=self.estimated or other.estimated,
         )
 
 

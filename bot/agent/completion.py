@@ -39,6 +39,11 @@ class Completion:
         usage: Tokens as the endpoint counted them (the whole answer, cut or not).
         finish_reason: ``stop``, ``tool_calls``, ``length``...
         cut_chars: Characters of text and tool arguments dropped by the limit.
+        reasoning: The model's reasoning, when the server returned it (a
+            ``reasoning_content``/``reasoning`` field or ``<think>`` text); never part of
+            ``content`` nor sent back to the model.
+        answered_by: The model that answered, as ``endpoint/model`` (a fallback's name when
+            the asked-for model could not answer; :mod:`bot.models.router`).
     """
 
     content: str
@@ -46,6 +51,8 @@ class Completion:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = ""
     cut_chars: int = 0
+    reasoning: str = ""
+    answered_by: str = ""
 
     def as_message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation."""

@@ -103,7 +103,7 @@ def test_unknown_keys_in_the_file_are_named_at_every_level_with_did_you_mean(
         "[slack]\nmode = 'http'\nbot_tokn = 'x'\n"
         "[agents.main]\nmodle = 'm'\n"
         "[[subagent_types]]\nname = 'r'\ntols = []\n"
-        "[prices.m]\ninput = 1\noutput = 2\ncached = 3\n"
+        "[prices.m]\ninput = 1\noutput = 2\nbulk = 3\n"
         "[gateway]\nREQUIRE_MENTION = false\n"
     )
     with pytest.raises(ConfigError) as info:
@@ -115,11 +115,11 @@ def test_unknown_keys_in_the_file_are_named_at_every_level_with_did_you_mean(
         "slack.bot_tokn (did you mean slack.bot_token?)",
         "agents.main.modle (did you mean agents.main.model?)",
         "subagent_types[0].tols (did you mean subagent_types[0].tools?)",
-        "prices.m.cached",
+        "prices.m.bulk",
         "gateway.REQUIRE_MENTION (did you mean gateway.require_mention?)",
     ):
         assert named in message, (named, message)
-    assert "prices.m.cached (" not in message  # nothing close: no suggestion
+    assert "prices.m.bulk (" not in message  # nothing close: no suggestion
 
 
 def test_a_bad_value_in_the_file_is_named_as_the_file_says_it(tmp_path: Path) -> None:

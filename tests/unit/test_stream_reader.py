@@ -365,11 +365,8 @@ def test_malformed_chunks_are_tolerated() -> None:
 
 
 def test_the_limit_cuts_text_reasoning_and_arguments_and_closes_the_stream() -> None:
-    stream = Chunks(
-        [delta(content="x" * 30), delta(reasoning="r" * 30)]
-        + [delta(tool_calls=[{"index": 0, "id": "a", "function": {"name": "search",
-                                                                   "arguments": "y" * 30}}])]
-    )  # fmt: skip
+    call = {"index": 0, "id": "a", "function": {"name": "search", "arguments": "y" * 30}}
+    stream = Chunks([delta(content="x" * 30), delta(reasoning="r" * 30), delta(tool_calls=[call])])
     seen: list[int] = []
     done = read_stream(stream, seen.append, limit=10)
     assert done.content.startswith("x" * 10 + "\n[… 20 characters cut]")

@@ -108,15 +108,16 @@ class OpenAIChatModel:
         self.dialect: Dialect = dialect_for(settings.kind, settings.base_url)
         self.learned = Learned()  # what this endpoint refused (docs/models.md)
         key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
-        headers: dict[str, Any] = {}
-        if self.dialect.key_header:  # Azure: the key in its own header, no bearer token
-            headers = {self.dialect.key_header: key, "Authorization": openai.Omit()}
+        # Azure: the key in its own header and no bearer token (the SDK takes an omitted
+        # Authorization only per request).
+        self._headers: dict[str, Any] = {}
+        if self.dialect.key_header:
+            self._headers = {self.dialect.key_header: key, "Authorization": openai.Omit()}
         self.client = openai.OpenAI(
             base_url=settings.base_url,
             api_key=key,
             max_retries=settings.max_retries,
             timeout=settings.request_timeout,
-            default_headers=headers or None,
         )
         self._models: frozenset[str] | None = None
 
@@ -153,6 +154,8 @@ class OpenAIChatModel:
             "timeout": attempt,
             "extra_body": body,
         }
+        if self._headers:
+            base["extra_headers"] = self._headers
         retries = retries_within(request.budget, attempt, self.settings.max_retries)
         with observe_model_call(model) as call:  # a span, tokens and cost for the metrics
             abort.check()
@@ -286,7 +289,10 @@ class OpenAIChatModel:
         """Model ids the endpoint lists (cached); None if it cannot say."""
         if self._models is None:
             try:
-                page = self.client.models.list(timeout=min(5.0, self.settings.request_timeout))
+                page = self.client.models.list(
+                    timeout=min(5.0, self.settings.request_timeout),
+                    extra_headers=self._headers or None,
+                )
                 self._models = frozenset(m.id for m in page.data)
             except openai.OpenAIError:
                 return None

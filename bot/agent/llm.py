@@ -30,6 +30,7 @@ import openai
 from bot.agent.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.config import OpenAISettings
 from bot.models.dialect import Dialect, Learned, dialect_for, refused_parameter
+from bot.models.errors import ModelRateLimited
 from bot.models.stream import read_stream
 from bot.observe.scope import model_call as observe_model_call
 from bot.runs.budget import estimate
@@ -49,10 +50,6 @@ RETRY_HEADER = "x-stainless-retry-count"
 """The SDK's header saying which retry an attempt is; our own retries send it as it would."""
 RETRIED_STATUSES = frozenset({408, 409, 429})
 """Statuses retried (with every 5xx), as the SDK retries them."""
-
-
-class ModelRateLimited(openai.APIError):
-    """The endpoint's shared window (or a 429's pause) leaves no room before the deadline."""
 
 
 def _cutter(stream: Any) -> Callable[[], None]:

@@ -52,6 +52,17 @@ RETRIED_STATUSES = frozenset({408, 409, 429})
 """Statuses retried (with every 5xx), as the SDK retries them."""
 
 
+class _ApiKeyHeaderClient(openai.OpenAI):
+    """The SDK's client sending its key in an ``api-key`` header instead of a bearer token
+    (Azure; docs/models.md "Server kinds and their dialects"), on every request it makes."""
+
+    def _auth_headers(self, security: Any) -> dict[str, str]:
+        return {"api-key": self.api_key}
+
+    def _validate_headers(self, headers: Any, custom_headers: Any) -> None:
+        return None
+
+
 def _cutter(stream: Any) -> Callable[[], None]:
     """How to cut ``stream``'s response from another thread: shut its socket down, which
     wakes the reading thread at once (closing the file descriptor would not)."""
@@ -105,12 +116,8 @@ class OpenAIChatModel:
         self.dialect: Dialect = dialect_for(settings.kind, settings.base_url)
         self.learned = Learned()  # what this endpoint refused (docs/models.md)
         key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
-        # Azure: the key in its own header and no bearer token (the SDK takes an omitted
-        # Authorization only per request).
-        self._headers: dict[str, Any] = {}
-        if self.dialect.key_header:
-            self._headers = {self.dialect.key_header: key, "Authorization": openai.Omit()}
-        self.client = openai.OpenAI(
+        client_class = _ApiKeyHeaderClient if self.dialect.key_header else openai.OpenAI
+        self.client = client_class(
             base_url=settings.base_url,
             api_key=key,
             max_retries=settings.max_retries,
@@ -151,8 +158,6 @@ class OpenAIChatModel:
             "timeout": attempt,
             "extra_body": body,
         }
-        if self._headers:
-            base["extra_headers"] = self._headers
         retries = retries_within(request.budget, attempt, self.settings.max_retries)
         with observe_model_call(model) as call:  # a span, tokens and cost for the metrics
             abort.check()
@@ -286,10 +291,7 @@ class OpenAIChatModel:
         """Model ids the endpoint lists (cached); None if it cannot say."""
         if self._models is None:
             try:
-                page = self.client.models.list(
-                    timeout=min(5.0, self.settings.request_timeout),
-                    extra_headers=self._headers or None,
-                )
+                page = self.client.models.list(timeout=min(5.0, self.settings.request_timeout))
                 self._models = frozenset(m.id for m in page.data)
             except openai.OpenAIError:
                 return None

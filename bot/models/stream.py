@@ -291,12 +291,13 @@ _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
 def split_think(content: str) -> tuple[str, str]:
-    """``content`` without its ``<think>…</think>`` parts, and those parts (a reply that
-    opens with reasoning and only closes the tag, as some chat templates do, too)."""
+    """``content`` without its ``<think>…</think>`` parts, and those parts, when the reply
+    opens with one (or opens with reasoning and only closes the tag, as some chat templates
+    do); a tag in the middle of an answer that did not open with one is just text."""
     if "</think>" in content and "<think>" not in content:
         thought, _, rest = content.partition("</think>")
         return rest.lstrip(), thought.strip()
-    if "<think>" not in content:
+    if not content.lstrip().startswith("<think>"):
         return content, ""
     thoughts = [m.group(1).strip() for m in _THINK.finditer(content)]
     return _THINK.sub("", content).strip(), "\n\n".join(t for t in thoughts if t)

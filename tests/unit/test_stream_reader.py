@@ -273,6 +273,11 @@ def test_think_tags_in_content_are_reasoning() -> None:
         ("<think></think>x", ("x", "")),
         ("no tags", ("no tags", "")),
         ("<think>a</think>b<think>c</think>d", ("bd", "a\n\nc")),
+        ("  <think>a</think>b", ("b", "a")),
+        (
+            "Use a <think> tag like <think>this</think>.",
+            ("Use a <think> tag like <think>this</think>.", ""),
+        ),
     ],
 )
 def test_split_think(content: str, expected: tuple[str, str]) -> None:

@@ -236,8 +236,10 @@ def read_stream(
                 if isinstance(thought, str) and thought:
                     reasoning.add(thought)
                 content = _get(delta, "content")
-                if isinstance(content, list):  # content parts
-                    content = "".join(_str(_get(p, "text")) for p in content)
+                if isinstance(content, list):  # content parts (Mistral's Magistral)
+                    content, thought = _parts(content)
+                    if thought:
+                        reasoning.add(thought)
                 if content:
                     text.add(_str(content))
                     if on_text:
@@ -258,6 +260,25 @@ def read_stream(
         tools=tools,
         model=model,
     )
+
+
+def _parts(parts: list[Any]) -> tuple[str, str]:
+    """The text and the reasoning of a list of content parts: ``{"type": "text", "text"}``
+    and ``{"type": "thinking", "thinking": <text or a list of text parts>}``."""
+    text: list[str] = []
+    thought: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            text.append(part)
+        elif _get(part, "type") == "thinking":
+            inner = _get(part, "thinking")
+            if isinstance(inner, list):
+                thought.extend(_str(_get(p, "text")) for p in inner)
+            else:
+                thought.append(_str(inner))
+        else:
+            text.append(_str(_get(part, "text")))
+    return "".join(text), "".join(thought)
 
 
 def _usage(chunk: Any) -> Usage | None:

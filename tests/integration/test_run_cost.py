@@ -46,7 +46,7 @@ class BilledModel(FunctionModel):
 async def run_billed(redis_url: str, usages: Sequence[Usage]) -> tuple[RunRecord, str, Deps]:
     settings = Settings(
         redis_url=redis_url,
-        openai={"base_url": "http://127.0.0.1:9/v1", "model": "fake-model", "max_retries": 0},  # type: ignore[arg-type]
+        openai={"base_url": "http://127.0.0.1:9/v1", "model": "fake-model", "max_retries": 0},
         prices={"fake-model": PRICE},
     )
     deps = Deps.build(settings)
@@ -64,7 +64,9 @@ async def test_cached_and_reasoning_tokens_reach_the_record_info_and_announce(
     redis_url: str,
 ) -> None:
     first = Usage(prompt_tokens=1000, completion_tokens=100, cached_tokens=800, reasoning_tokens=60)
-    second = Usage(prompt_tokens=1200, completion_tokens=50, cached_tokens=1000, reasoning_tokens=20)
+    second = Usage(
+        prompt_tokens=1200, completion_tokens=50, cached_tokens=1000, reasoning_tokens=20
+    )
     record, announce, deps = await run_billed(redis_url, [first, second, second])
     deps.close()
     assert record.status is RunStatus.SUCCESS

@@ -80,8 +80,9 @@ def test_a_known_model_gets_its_cost_from_the_table() -> None:
 def test_the_table_prices_cached_tokens_below_fresh_ones() -> None:
     fresh = Usage(prompt_tokens=1_000_000)
     cached = Usage(prompt_tokens=1_000_000, cached_tokens=1_000_000)
-    full, cheap = estimate_cost(PLAIN, "gpt-4o-mini", fresh), estimate_cost(
-        PLAIN, "gpt-4o-mini", cached
+    full, cheap = (
+        estimate_cost(PLAIN, "gpt-4o-mini", fresh),
+        estimate_cost(PLAIN, "gpt-4o-mini", cached),
     )
     assert full is not None and cheap is not None and 0 < cheap < full
 

@@ -110,13 +110,12 @@ def test_a_record_stored_before_cached_and_reasoning_tokens_reads_with_none() ->
 def test_the_estimated_mark_is_stored_as_the_usage_fields_write_it() -> None:
     usage = Usage(prompt_tokens=3, completion_tokens=2, cached_tokens=1, estimated=True)
     stored = {k: str(v) for k, v in usage.record_fields().items()}
-    base = encode_record(
-        RunRecord(
-            run_id="r", seq=1, session_key="s", child_session_key="c", session_id="i",
-            thread=ThreadRef(platform="console", account="a", chat="c"), requester="u",
-            agent_id="main", subagent_type="t", task="x", model="m",
-        )  # fmt: skip
-    )
+    record = RunRecord(
+        run_id="r", seq=1, session_key="s", child_session_key="c", session_id="i",
+        thread=ThreadRef(platform="console", account="a", chat="c"), requester="u",
+        agent_id="main", subagent_type="t", task="x", model="m",
+    )  # fmt: skip
+    base = encode_record(record)
     assert decode_record(base | stored).usage == usage
     assert decode_record(base | {"usage_estimated": "True"}).usage_estimated
     assert not decode_record(base | {"usage_estimated": "0"}).usage_estimated

@@ -11,6 +11,9 @@ Template (stable; tests and users rely on it)::
     Notes: <errors, partial progress, warnings — omitted when empty>
     runtime 1m02s · tokens 3.1k (in 2.4k / out 0.7k) · est $0.0012 · session … · run id … · transcript …
 
+A fallback that answered adds ``answered by local/qwen3 (gpt-4o overloaded)`` after the
+cost (docs/models.md, "Fallbacks").
+
 The status line comes from the runtime outcome, never from model text.
 
 Sizes are bounded whatever the run produced: the result is cut to ``max_result_chars`` and
@@ -26,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.runs.naming import icon, run_title
+from bot.steps import fallback_note
 from bot.text.clip import clip
 from bot.text.units import duration, tokens
 from bot.text.untrusted import untrusted
@@ -58,6 +62,8 @@ def stats_line(record: RunRecord, *, ended_at: float, transcript_ref: str) -> st
     ]
     if record.cost_usd is not None:
         parts.append(f"est ${record.cost_usd:.4f}")
+    if record.answered_by:
+        parts.append(fallback_note(record.answered_by, record.fallback_reason))
     parts += [
         f"session {record.child_session_key}",
         f"run id {record.run_id[:8]}",
@@ -141,4 +147,6 @@ def render_compact_card(record: RunRecord, *, status: RunStatus, ended_at: float
     facts = [duration(ended_at - started), f"{tokens(record.usage.total)} tokens"]
     if record.cost_usd is not None:
         facts.append(f"est ${record.cost_usd:.4f}")
+    if record.answered_by:
+        facts.append(fallback_note(record.answered_by, record.fallback_reason))
     return f"{icon(status)} {run_title(record, kind='after')} {verb} · " + " · ".join(facts)

@@ -12,11 +12,12 @@ is raised as it is. The error raised names the endpoint that failed (:func:`fail
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from bot.agent.completion import ChatModel, Completion, CompletionRequest
@@ -24,8 +25,10 @@ from bot.agent.llm import OpenAIChatModel
 from bot.config import OpenAISettings, Settings
 from bot.models import catalog
 from bot.models.errors import FALLBACK_ON, Failure, failure_kind
+from bot.observe import scope
 from bot.store.model_limits import ModelLimits
 from bot.supervise import abort
+from bot.types import Usage
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +132,8 @@ class ModelRouter:
                 request, model=target.model, on_text=on_text, timeout=timeout, budget=budget
             )
             try:
-                done = client.complete(attempt)
+                with _reported_as(target):
+                    done = client.complete(attempt)
             except Exception as exc:
                 kind = failure_kind(exc)
                 more = index + 1 < len(targets) and _time_left_enough(request, started)
@@ -216,6 +220,22 @@ class ModelRouter:
         with self._lock:
             self._listed[endpoint] = (now, listed)
         return listed
+
+
+@contextlib.contextmanager
+def _reported_as(target: catalog.Target) -> Iterator[None]:
+    """The block's model calls reported (metrics, cost) under the model's fanbot name
+    (``local/qwen3``), not its name on the endpoint."""
+    report = scope.current().on_model_call
+    if report is None or target.name == target.model:
+        yield
+        return
+
+    def renamed(_model: str, usage: Usage, ok: bool) -> None:
+        report(target.name, usage, ok)
+
+    with scope.bound(on_model_call=renamed):
+        yield
 
 
 def _time_left(request: CompletionRequest, started: float) -> tuple[float | None, float | None]:

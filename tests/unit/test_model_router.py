@@ -15,6 +15,8 @@ from bot.agent.completion import Completion, CompletionRequest
 from bot.agent.model_errors import model_error_text
 from bot.config import OpenAISettings, Settings
 from bot.models.router import ModelRouter, failed_at
+from bot.observe.metric_defs import configured_models
+from bot.observe.scope import bound, model_call
 
 Outcome = Completion | BaseException | Callable[[CompletionRequest], Completion]
 
@@ -273,3 +275,20 @@ def test_only_the_default_endpoint_says_what_it_lists_or_nothing() -> None:
     assert model.known_models() is None
     model, _ = router(s=bare, models={"default": ["gpt-4o"]})
     assert model.known_models() == {"gpt-4o"}
+
+
+def test_a_named_endpoints_calls_are_reported_under_the_fanbot_name() -> None:
+    def observed(request: CompletionRequest) -> Completion:
+        with model_call(request.model):  # as the endpoint's client reports its calls
+            return Completion(content="ok")
+
+    reports: list[tuple[str, bool]] = []
+    model, _ = router({"local": [observed], "default": [observed]})
+    with bound(on_model_call=lambda name, usage, ok: reports.append((name, ok))):
+        ask(model, "local/qwen3")
+        ask(model, "gpt-4o")
+    assert reports == [("local/qwen3", True), ("gpt-4o", True)]
+
+
+def test_observed_names_include_the_named_endpoints_models() -> None:
+    assert {"local/qwen3", "spare/n"} <= configured_models(settings())

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import openai
+
 from bot.agent.completion import ChatModel, Completion, CompletionRequest
 from bot.agent.llm import OpenAIChatModel
 from bot.config import OpenAISettings, Settings
@@ -134,7 +136,7 @@ class ModelRouter:
             try:
                 with _reported_as(target):
                     done = client.complete(attempt)
-            except Exception as exc:
+            except openai.APIError as exc:
                 kind = failure_kind(exc)
                 more = index + 1 < len(targets) and _time_left_enough(request, started)
                 if kind not in FALLBACK_ON or streamed[0] or not more or abort.aborted():

@@ -13,6 +13,7 @@ Every :class:`~bot.errors.ConfigError` raised here is one line naming the settin
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import ipaddress
 import os
@@ -1028,7 +1029,7 @@ def load_settings(**overrides: Any) -> Settings:
         problems = [_describe(err, path, data) for err in exc.errors()]
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
     _apply_openai_env(settings)
-    if problems := platform_problems(settings):
+    if problems := platform_problems(settings) + model_problems(settings):
         raise ConfigError("; ".join(problems))
     return settings
 
@@ -1098,6 +1099,69 @@ def platform_problems(settings: Settings) -> list[str]:
             "HTTP mode needs both"
         ]
     return []
+
+
+def model_problems(settings: Settings) -> list[str]:
+    """Model names that cannot work (docs/models.md, "Named endpoints"): one whose first
+    part reads as a misspelt endpoint (``locl/qwen3`` beside ``local``), and a fallback
+    that names no model its endpoint declares. A first part that is no endpoint at all is a
+    model of the default endpoint, whole (``openai/gpt-4o`` on OpenRouter), not an error."""
+    declared = {"default": settings.openai, **settings.models.endpoints}
+    found: list[str] = []
+    for where, name in _model_names(settings):
+        first, slash, _ = name.partition("/")
+        if slash and first not in declared and settings.models.endpoints:
+            near = difflib.get_close_matches(first, list(declared), n=1, cutoff=0.75)
+            if near:
+                found.append(
+                    f"{where} {name!r} names endpoint {first!r}, which is not declared "
+                    f"(did you mean {near[0]!r}? endpoints: {', '.join(declared)})"
+                )
+    for model, entry in settings.models.models.items():
+        for fallback in entry.fallbacks:
+            problem = _fallback_problem(settings, declared, fallback)
+            if problem:
+                found.append(f'models.models."{model}".fallbacks: {problem}')
+    return found
+
+
+def _model_names(settings: Settings) -> list[tuple[str, str]]:
+    """Every model name the settings give outside the endpoints themselves, with where."""
+    names = [("subagents.model", settings.subagents.model)]
+    for agent_id, agent in settings.agents.items():
+        names += [(f"agents.{agent_id}.model", agent.model)]
+        names += [(f"agents.{agent_id}.subagent_model", agent.subagent_model)]
+    names += [(f"subagent_types.{t.name}.model", t.model) for t in settings.subagent_types]
+    names += [("models.models", key) for key in settings.models.models]
+    for key, entry in settings.models.models.items():
+        names += [(f'models.models."{key}".fallbacks', f) for f in entry.fallbacks]
+    return [(where, name) for where, name in names if name]
+
+
+def _fallback_problem(
+    settings: Settings, declared: Mapping[str, OpenAISettings], fallback: str
+) -> str | None:
+    """Why ``fallback`` names no declared model (None: it does). On a named endpoint the
+    model is its ``model``, one of its ``models`` or has its own ``[models.models]`` entry;
+    on the default endpoint the same, checked only when ``openai.models`` lists them."""
+    first, slash, rest = fallback.partition("/")
+    endpoint, model = (
+        (first, rest) if slash and rest and first in declared else ("default", fallback)
+    )
+    where = declared[endpoint]
+    known = {where.model, *where.models}
+    entries = settings.models.models
+    if model in known or f"{endpoint}/{model}" in entries:
+        return None
+    if endpoint == "default" and (model in entries or model in settings.prices):
+        return None
+    if endpoint == "default" and not where.models:
+        return None  # the default endpoint lists nothing to check against
+    shown = ", ".join(sorted(m for m in known if m))
+    return (
+        f"{fallback!r} is no model of endpoint {endpoint!r} (it declares {shown}); add it to "
+        f"its models or give it a [models.models] entry"
+    )
 
 
 def _apply_openai_env(settings: Settings) -> None:

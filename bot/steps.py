@@ -60,6 +60,13 @@ class NoBudget:
 NO_BUDGET = NoBudget()
 
 
+def fallback_note(answered_by: str, reason: str) -> str:
+    """How a card says a fallback answered (pure; "" when none did)."""
+    if not answered_by:
+        return ""
+    return f"answered by {answered_by}" + (f" ({reason})" if reason else "")
+
+
 @dataclass(kw_only=True)
 class Meter:
     """Running totals of one agent run (mutable on purpose: the caller keeps it, so the
@@ -79,6 +86,21 @@ class Meter:
     """What that sign of life was, for the stall note."""
     in_tool: str = ""
     """The tool being called now ("" between calls): stalls get the tool limit meanwhile."""
+    answered_by: str = ""
+    """The fallback that answered the run's latest call a fallback answered ("" = none did;
+    docs/models.md, "Fallbacks")."""
+    fallback_reason: str = ""
+    """Why the models before it did not answer (``gpt-4o overloaded``)."""
+
+    def answered(self, by: str, reason: str) -> None:
+        """A call was answered by ``by``; a fallback (a ``reason`` given) is remembered."""
+        if reason:
+            self.answered_by, self.fallback_reason = by, reason
+
+    @property
+    def fallback_note(self) -> str:
+        """``answered by local/qwen3 (gpt-4o overloaded)``, or "" when no fallback answered."""
+        return fallback_note(self.answered_by, self.fallback_reason)
 
     def touch(self, activity: str, *, tool: str | None = None) -> None:
         """Record a sign of life; ``tool`` sets (a name) or clears ("") the tool in flight."""

@@ -368,6 +368,11 @@ class RunRecord:
     waiting: str = ""
     """What the running run waits for right now ("waiting for the model's rate limit"), ""
     when nothing."""
+    answered_by: str = ""
+    """The fallback that answered its latest call a fallback answered, as fanbot names the
+    model (``local/qwen3``; "" = its own model answered every call; docs/models.md)."""
+    fallback_reason: str = ""
+    """Why the models before that fallback did not answer (``gpt-4o overloaded``)."""
     rounds: int = 0
     """Fan-in rounds of its own children it has been through."""
     resume_job: str = ""

@@ -16,10 +16,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from bot.agent.completion import ChatModel
-from bot.agent.llm import OpenAIChatModel
 from bot.agent.tools.mcp import McpPool
 from bot.config import Settings
 from bot.deps import Deps
+from bot.models.router import ModelRouter
 from bot.redis.connect import connect
 
 _serving: ContextVar[WorkerContext | None] = ContextVar("fanbot_worker_context", default=None)
@@ -31,7 +31,8 @@ class WorkerContext:
 
     Attributes:
         deps: The stores and settings.
-        model: The model client (its TLS set-up alone costs a few hundred ms per build).
+        model: The model client: every endpoint's, each built on its first call (its TLS
+            set-up alone costs a few hundred ms per build).
         mcp: This process's MCP connections (each forked child opens its own).
         closing: Closes what :meth:`build` built, last built first.
     """
@@ -48,7 +49,7 @@ class WorkerContext:
         deps = Deps.build(settings, client=connect(settings.redis_url,
                                                    max_connections=redis_connections(settings)))  # fmt: skip
         closing.callback(deps.close)
-        model = OpenAIChatModel(settings=settings.openai, limits=deps.model_limits)
+        model = ModelRouter(settings, limits=deps.model_limits)
         closing.callback(model.close)
         mcp = McpPool()
         closing.callback(mcp.close)

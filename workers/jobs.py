@@ -33,6 +33,7 @@ from bot.agent.subagent_types import GENERAL_PURPOSE, subagent_types, tools_for_
 from bot.agent.tools.sandbox import sandbox_status
 from bot.agent.turn import execute_turn
 from bot.config import Settings, load_settings
+from bot.models.router import ModelRouter
 from bot.observe import tracing
 from bot.observe.job_observer import job_scope
 from bot.prices import table_cost
@@ -65,8 +66,10 @@ def warm_up(settings: Settings, *, trace: bool = True) -> WorkerContext:
 def _prepare(w: WorkerContext) -> None:
     """What each run would otherwise build in its horse, built here once for all of them."""
     settings = w.deps.settings
-    if isinstance(w.model, OpenAIChatModel):
-        _ = w.model.client.chat.completions  # openai imports these, ~27 pydantic classes, lazily
+    clients = w.model.warm() if isinstance(w.model, ModelRouter) else [w.model]
+    for client in clients:
+        if isinstance(client, OpenAIChatModel):
+            _ = client.client.chat.completions  # openai imports these, ~27 pydantic classes, lazily
     "localhost".encode("idna")  # httpx's first URL imports the codec
     sandbox_status(settings.sandbox)  # a bwrap probe, cached per process
     for sub_type in subagent_types(settings).values():

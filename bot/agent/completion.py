@@ -44,6 +44,8 @@ class Completion:
             ``content`` nor sent back to the model.
         answered_by: The model that answered, as ``endpoint/model`` (a fallback's name when
             the asked-for model could not answer; :mod:`bot.models.router`).
+        fallback_reason: Why the models asked before ``answered_by`` did not answer
+            (``gpt-4o overloaded``); "" when the asked-for model answered.
     """
 
     content: str
@@ -53,6 +55,7 @@ class Completion:
     cut_chars: int = 0
     reasoning: str = ""
     answered_by: str = ""
+    fallback_reason: str = ""
 
     def as_message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation."""

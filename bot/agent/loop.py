@@ -81,7 +81,10 @@ def run_loop(
         except BaseException:
             control.budget.after_call(model=model_name, usage=None)
             raise
-        control.budget.after_call(model=model_name, usage=completion.usage)
+        control.budget.after_call(
+            model=completion.answered_by or model_name, usage=completion.usage
+        )
+        meter.answered(completion.answered_by, completion.fallback_reason)
         meter.usage += completion.usage
         meter.steps += 1
         if completion.cut_chars:

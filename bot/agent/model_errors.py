@@ -13,6 +13,7 @@ import openai
 from bot.agent.llm import ModelRateLimited
 from bot.config_check import public_url
 from bot.models.errors import Failure, failure_kind
+from bot.models.router import failed_at
 
 MAX_WORDS = 200
 """An endpoint's own words are cut to this many characters."""
@@ -29,12 +30,20 @@ def model_error_text(
         model: The model the call asked for.
         detail: Add the HTTP status and the endpoint's own words in brackets (for an
             announce's notes, which operators read too).
+
+    A call through :class:`~bot.models.router.ModelRouter` names the endpoint and model
+    that failed last instead (a fallback's), and the models asked before it.
     """
+    where = failed_at(exc)
+    if where is not None:
+        base_url, model = where.base_url, where.model
     text = _meaning(exc, public_url(base_url).rstrip("/"), model)
     if text is None:
-        return _status_text(exc)
-    if detail and isinstance(exc, openai.APIStatusError):
+        text = _status_text(exc)
+    elif detail and isinstance(exc, openai.APIStatusError):
         text += f" ({_status_text(exc)})"
+    if where is not None and where.tried:
+        text += f" (fallback {where.name}, after {', '.join(where.tried)})"
     return text
 
 

@@ -374,6 +374,8 @@ def _answer(
     text = result.text.strip() or "(no answer)"
     if not result.complete:
         text += f"\n\n_(stopped after {meter.steps} steps)_"
+    if meter.fallback_note:  # docs/models.md, "Fallbacks"
+        text += f"\n\n_({meter.fallback_note})_"
     return text
 
 

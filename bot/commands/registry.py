@@ -89,10 +89,11 @@ SUBAGENTS = (
     Subcommand(name="stop", args="<id|all>", help="stop runs", who=CONTROLLER),
     Subcommand(
         name="spawn",
-        args="[--thread] [type] <task>",
+        args="[--thread] [--model <model>] [type] <task>",
         help="start a subagent yourself "
-        "(`--thread`: in a thread of its own; `/subagents close <id>` unbinds it)",
-        usage=" (`--thread`: in a thread of its own)",
+        "(`--thread`: in a thread of its own; `/subagents close <id>` unbinds it; "
+        "`--model`: e.g. `local/qwen3`)",
+        usage=" (`--thread`: in a thread of its own; `--model`: e.g. `local/qwen3`)",
     ),
     Subcommand(name="close", args="<id>", usage=": unbind a child's own thread", who=CONTROLLER),
     Subcommand(

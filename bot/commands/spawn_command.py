@@ -30,12 +30,14 @@ SPAWN_USAGE = f"`{subcommand('spawn').spelled}`, e.g. `/subagents spawn explore 
 
 @dataclass(frozen=True, kw_only=True)
 class SpawnAsk:
-    """What ``/subagents spawn`` asked for: a type (None: the default), a task, and
-    whether the child gets a thread of its own."""
+    """What ``/subagents spawn`` asked for: a type (None: the default), a task, whether
+    the child gets a thread of its own, and its model (``endpoint/model``; None: the
+    type's or agent's, docs/models.md)."""
 
     subagent_type: str | None
     task: str
     own_thread: bool = False
+    model: str | None = None
 
 
 def words_after(rest: str, n: int) -> str:
@@ -69,15 +71,33 @@ def leading_flags(text: str) -> tuple[list[str], str]:
 
 def parse_spawn(rest: str, types: Collection[str]) -> SpawnAsk | str:
     """The text after ``/subagents spawn`` -> a request, or the answer saying why not."""
-    flags, text = leading_flags(rest.strip())
-    unknown = [f for f in flags if f.lower() != "--thread"]
-    if unknown:
-        shown = unknown[0][:24].replace("`", "'")
-        return f"I don't know the option `{shown}`. Usage: {SPAWN_USAGE}"
+    text = rest.strip()
+    own_thread, model = False, None
+    while text.startswith("--"):
+        flag = text.split(None, 1)[0]
+        text = words_after(text, 1)
+        name, equals, value = flag.partition("=")
+        if name.lower() == "--thread" and not equals:
+            own_thread = True
+        elif name.lower() == "--model":
+            if not equals:
+                value, text = (text.split(None, 1) or [""])[0], words_after(text, 1)
+            if not value or len(value) > MAX_MODEL_CHARS:
+                return f"`--model` needs a model name (e.g. `--model local/qwen3`). Usage: {SPAWN_USAGE}"
+            model = value
+        else:
+            shown = flag[:24].replace("`", "'")
+            return f"I don't know the option `{shown}`. Usage: {SPAWN_USAGE}"
     parsed = parse_type_and_task(text, types)
     if not isinstance(parsed, SpawnAsk):
         return f"Can't spawn: {parsed}"
-    return SpawnAsk(subagent_type=parsed.subagent_type, task=parsed.task, own_thread=bool(flags))
+    return SpawnAsk(
+        subagent_type=parsed.subagent_type, task=parsed.task, own_thread=own_thread, model=model
+    )
+
+
+MAX_MODEL_CHARS = 200
+"""The longest model name ``--model`` takes."""
 
 
 def shown_estimate(record: RunRecord) -> str:
@@ -128,6 +148,7 @@ def handle_spawn(req: CommandRequest) -> str:
         requester=actor.qualified,
         agent_id=deps.settings.agent_id,
         subagent_type=parsed.subagent_type,
+        model=parsed.model,
         own_thread=parsed.own_thread,
         spawned_in_turn=BY_COMMAND,  # counted like a model's spawns (bot.runs.quota)
     )

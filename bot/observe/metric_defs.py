@@ -15,6 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from bot.config import Settings
+from bot.models import catalog as models_catalog
 from bot.store.metrics import Count, Observe, Update
 from bot.types import RunRecord, RunStatus, Usage
 
@@ -134,6 +135,7 @@ def configured_models(settings: Settings) -> frozenset[str]:
     names |= {t.model or "" for t in settings.subagent_types}
     for agent in settings.agents.values():
         names |= {agent.model or "", agent.subagent_model or ""}
+    names |= models_catalog.configured_models(settings)  # ``local/qwen3``: docs/models.md
     return frozenset(names - {""})
 
 

@@ -88,6 +88,7 @@ def execute_run(
             "result": meter.last_text or None,
             "usage": meter.usage,
             "tools": meter.tool_calls,
+            **_fallback_fields(meter),
         }
     deps.failpoints.hit("run.before_first_step")
     with stall_watch(deps, record, meter) as watch:
@@ -112,6 +113,7 @@ def execute_run(
             usage=meter.usage,
             tools=meter.tool_calls,
             executor=record.executor,
+            **_fallback_fields(meter),
         )
     return status.value
 
@@ -127,7 +129,9 @@ def _meter(record: RunRecord, start: RunStart) -> Meter:
     resumed while it works (a standing note: the recovery's own progress line is replaced
     by the next step's within the gateway's edit interval)."""
     if not record.resuming:
-        return Meter(usage=record.usage)
+        meter = Meter(usage=record.usage)
+        meter.answered(record.answered_by, record.fallback_reason)  # a parked run's
+        return meter
     first = record.started_at or record.created_at
     return Meter(
         usage=record.usage,
@@ -135,7 +139,16 @@ def _meter(record: RunRecord, start: RunStart) -> Meter:
         last_text=record.result,
         started=time.monotonic() - max(0.0, time.time() - first),
         note=resumed_line(record.resumes),  # stays on its card
+        answered_by=record.answered_by,
+        fallback_reason=record.fallback_reason,
     )
+
+
+def _fallback_fields(meter: Meter) -> dict[str, str]:
+    """The run record's fields saying a fallback answered (none when none did)."""
+    if not meter.answered_by:
+        return {}
+    return {"answered_by": meter.answered_by, "fallback_reason": meter.fallback_reason}
 
 
 def _drive(
@@ -181,6 +194,7 @@ def _drive(
             usage=meter.usage,
             tools=meter.tool_calls,
             executor=record.executor,
+            **_fallback_fields(meter),
         )
         raise
     except ModelCallFailed as exc:
@@ -206,6 +220,7 @@ def _park(deps: Deps, record: RunRecord, meter: Meter, parked: RunParked) -> Non
     deps.runs.park(
         record.run_id,
         rounds=parked.rounds,
+        **_fallback_fields(meter),
         result=parked.text,
         **meter.usage.record_fields(),
         approval_id=parked.approval_id,

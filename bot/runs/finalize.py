@@ -55,13 +55,16 @@ def finalize_run(
     usage: Usage | None = None,
     tools: int | None = None,
     executor: str = "",
+    answered_by: str = "",
+    fallback_reason: str = "",
 ) -> bool:
     """End ``run_id`` with ``status`` unless it already ended; True if this call ended it.
 
     ``result=None`` keeps whatever partial result the run recorded while working;
     ``tools``: the run's tool call count, saved by the same script (``None``: as saved);
     ``executor``: the job of the attempt ending it (it ends nothing once a later attempt
-    executes the run: bot.store.recovery).
+    executes the run: bot.store.recovery); ``answered_by``: the fallback that answered one
+    of its calls, and why (``fallback_reason``; "": as recorded, docs/models.md).
     """
     # The out/ files come with the record: one round trip before the announce's write.
     record, seen = deps.runs.get_for_end(run_id, out_snapshot())
@@ -77,6 +80,8 @@ def finalize_run(
         tools=tools,
         seen=seen,
         executor=executor,
+        answered_by=answered_by,
+        fallback_reason=fallback_reason,
     )
 
 
@@ -93,6 +98,8 @@ def end_run(
     stop: StopMarks | None = None,
     seen: OutFiles | None = None,
     executor: str = "",
+    answered_by: str = "",
+    fallback_reason: str = "",
 ) -> bool:
     """:func:`finalize_run` for a ``record`` read already (it is not read again); the
     script decides whether it still ends (True if this call ended it). ``stop``: a stop's
@@ -111,6 +118,10 @@ def end_run(
     )
     text = record.result if result is None else result
     quiet = status is RunStatus.SUCCESS and text.strip() == ANNOUNCE_SKIP
+    if answered_by:
+        record = dataclasses.replace(
+            record, answered_by=answered_by, fallback_reason=fallback_reason
+        )
     # A child reports to its parent run (its fan-in resumes the parent with this result),
     # never to the thread or the requester's history.
     skip = quiet or record.depth > 1
@@ -135,7 +146,9 @@ def end_run(
             ),
         },
         archive_at=_archive_at(deps, record, ended_at),
-        extra=_usage_fields(record) | ({} if tools is None else {TOOLS_FIELD: tools}),
+        extra=_usage_fields(record)
+        | _fallback_fields(record)
+        | ({} if tools is None else {TOOLS_FIELD: tools}),
         ended_at=ended_at,
         raise_stop=stop is not None,
         quiet=quiet,
@@ -217,3 +230,10 @@ def _usage_fields(record: RunRecord) -> dict[str, str | int | float]:
     if record.cost_usd is not None:
         fields["cost_usd"] = record.cost_usd
     return fields
+
+
+def _fallback_fields(record: RunRecord) -> dict[str, str | int | float]:
+    """The record's fallback fields, when a fallback answered (docs/models.md)."""
+    if not record.answered_by:
+        return {}
+    return {"answered_by": record.answered_by, "fallback_reason": record.fallback_reason}

@@ -14,7 +14,9 @@ Template (stable; tests and users rely on it)::
 The status line comes from the runtime outcome, never from model text. Token figures show
 cached and reasoning tokens when there are any (``in 2.4k, 2k cached / out 0.7k, 0.5k
 reasoning``) and begin with ``~`` when fanbot counted some of them because the server
-reported none (:func:`token_total`, :func:`token_split`; docs/models.md).
+reported none (:func:`token_total`, :func:`token_split`; docs/models.md). A fallback that
+answered adds ``answered by local/qwen3 (gpt-4o overloaded)`` after the cost
+(docs/models.md, "Fallbacks").
 
 Sizes are bounded whatever the run produced: the result is cut to ``max_result_chars`` and
 the notes to :data:`MAX_NOTES_CHARS` (each with a note), so with the default 20k one announce
@@ -29,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.runs.naming import icon, run_title
+from bot.steps import fallback_note
 from bot.text.clip import clip
 from bot.text.units import duration, tokens
 from bot.text.untrusted import untrusted
@@ -85,6 +88,8 @@ def stats_line(record: RunRecord, *, ended_at: float, transcript_ref: str) -> st
     ]
     if record.cost_usd is not None:
         parts.append(f"est ${record.cost_usd:.4f}")
+    if record.answered_by:
+        parts.append(fallback_note(record.answered_by, record.fallback_reason))
     parts += [
         f"session {record.child_session_key}",
         f"run id {record.run_id[:8]}",
@@ -169,4 +174,6 @@ def render_compact_card(record: RunRecord, *, status: RunStatus, ended_at: float
     facts = [duration(ended_at - started), f"{token_total(usage)} tokens{token_extras(usage)}"]
     if record.cost_usd is not None:
         facts.append(f"est ${record.cost_usd:.4f}")
+    if record.answered_by:
+        facts.append(fallback_note(record.answered_by, record.fallback_reason))
     return f"{icon(status)} {run_title(record, kind='after')} {verb} · " + " · ".join(facts)

@@ -25,6 +25,14 @@ from dataclasses import dataclass
 from bot.config import THINKING_LEVELS, Settings
 from bot.deps import Deps
 from bot.errors import SpawnRejected
+from bot.models.catalog import (
+    DEFAULT_ENDPOINT,
+    Target,
+    configured_models,
+    endpoints,
+    qualified,
+    resolve,
+)
 from bot.observe import record as observed
 from bot.observe import tracing
 from bot.runs.approval_gate import post_request
@@ -178,23 +186,51 @@ def _budget_ask(request: SpawnRequest) -> SpawnBudget:
 def resolve_model(
     settings: Settings, agent_id: str, requested: str | None, known_models: KnownModels
 ) -> tuple[str, list[str]]:
-    """Pick the run's model; an unknown requested model falls back with a warning."""
+    """Pick the run's model, as fanbot names it (:attr:`bot.models.catalog.Target.name`:
+    ``endpoint/model``, bare on the default endpoint); an unknown requested model falls
+    back with a warning naming what its endpoint knows."""
     s = settings
     agent = s.agent(agent_id)
-    default = agent.subagent_model or agent.model or s.subagents.model or s.openai.model
+    default = qualified(
+        s, agent.subagent_model or agent.model or s.subagents.model or s.openai.model
+    )
     if not requested:
         return default, []
-    configured = {s.openai.model, *s.openai.models, *s.prices}
-    configured |= {m for m in (s.subagents.model, agent.subagent_model, agent.model) if m}
-    configured |= {t.model for t in s.subagent_types if t.model}
-    if requested in configured:
-        return requested, []
-    listed = None if s.openai.models else known_models()
-    if listed is None and not s.openai.models:
-        return requested, []  # nothing to check against: trust the request
-    if requested in (listed or frozenset()):
-        return requested, []
-    return default, [f"unknown model {requested!r}; using {default!r}"]
+    target = resolve(s, requested)
+    named = {s.subagents.model, agent.subagent_model, agent.model}
+    named |= {t.model for t in s.subagent_types}
+    configured = configured_models(s) | {qualified(s, m) for m in named if m}
+    if target.name in configured:
+        return target.name, []
+    on_default = target.endpoint == DEFAULT_ENDPOINT
+    listed = None if on_default and s.openai.models else known_models()
+    if listed is None and not (on_default and s.openai.models):
+        return target.name, []  # nothing to check against: trust the request
+    if target.name in (listed or frozenset()):
+        return target.name, []
+    known = configured | (listed or frozenset())
+    return default, [
+        f"unknown model {requested!r}{_known_hint(s, target, known)}; using {default!r}"
+    ]
+
+
+MAX_NAMED = 8
+"""An unknown model's warning names at most this many of its endpoint's models."""
+
+
+def _known_hint(settings: Settings, target: Target, known: frozenset[str] | set[str]) -> str:
+    """What the warning about an unknown ``target`` adds: the models its named endpoint
+    knows, or the endpoints there are when its first part reads as an unknown one."""
+    if target.endpoint != DEFAULT_ENDPOINT:
+        prefix = f"{target.endpoint}/"
+        on_it = sorted(m for m in known if m.startswith(prefix))
+        shown = ", ".join(on_it[:MAX_NAMED]) + (", …" if len(on_it) > MAX_NAMED else "")
+        return f" ({target.endpoint} knows {shown or 'no models'})"
+    first, slash, _ = target.model.partition("/")
+    if slash and settings.models.endpoints:
+        names = ", ".join(endpoints(settings))
+        return f" (no endpoint {first!r}; endpoints: {names})"
+    return ""
 
 
 def resolve_timeout(settings: Settings, requested: int | None) -> tuple[int, list[str]]:

@@ -97,6 +97,11 @@ def test_duration(seconds: float, text: str) -> None:
         ("--thread explore x", SpawnAsk(subagent_type="explore", task="x", own_thread=True)),
         ("--THREAD x", SpawnAsk(subagent_type=None, task="x", own_thread=True)),
         ("--thread --thread x", SpawnAsk(subagent_type=None, task="x", own_thread=True)),
+        ("--model local/qwen3 x", SpawnAsk(subagent_type=None, task="x", model="local/qwen3")),
+        (
+            "--MODEL=local/qwen3 --thread explore x",
+            SpawnAsk(subagent_type="explore", task="x", own_thread=True, model="local/qwen3"),
+        ),
     ],
 )
 def test_parse_spawn(rest: str, expected: SpawnAsk | str) -> None:
@@ -108,7 +113,9 @@ def test_parse_spawn(rest: str, expected: SpawnAsk | str) -> None:
     [
         ("", "the task is missing"),
         ("explore", "the task is missing"),
-        ("--model x do it", "I don't know the option `--model`"),
+        ("--fast x do it", "I don't know the option `--fast`"),
+        ("--model", "`--model` needs a model name"),
+        ("--model= x", "`--model` needs a model name"),
         ("x" * 20_001, "at most 20,000"),
     ],
 )

@@ -1,5 +1,5 @@
-"""The :class:`~bot.agent.completion.ChatModel` on the ``openai`` SDK: one streaming
-chat-completions call, folded into a plain :class:`~bot.agent.completion.Completion`.
+"""The :class:`~bot.models.completion.ChatModel` on the ``openai`` SDK: one streaming
+chat-completions call, folded into a plain :class:`~bot.models.completion.Completion`.
 
 The SDK's own bounded retries (``max_retries``, honouring ``Retry-After``) handle 429/5xx
 when the client has no fleet-wide limits. With them (:class:`~bot.store.model_limits.ModelLimits`,
@@ -28,8 +28,8 @@ from typing import Any
 import httpx2
 import openai
 
-from bot.agent.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.config import OpenAISettings
+from bot.models.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.observe.scope import model_call as observe_model_call
 from bot.runs.budget import estimate
 from bot.store.model_limits import ModelLimits, endpoint_id

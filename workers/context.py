@@ -15,11 +15,11 @@ from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from bot.agent.completion import ChatModel
+from bot.agent.router import ModelRouter
 from bot.agent.tools.mcp import McpPool
 from bot.config import Settings
 from bot.deps import Deps
-from bot.models.router import ModelRouter
+from bot.models.completion import ChatModel
 from bot.redis.connect import connect
 
 _serving: ContextVar[WorkerContext | None] = ContextVar("fanbot_worker_context", default=None)

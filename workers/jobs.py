@@ -28,12 +28,12 @@ from rq import get_current_job
 
 from bot.agent.compiled import CompiledBody, preload
 from bot.agent.llm import OpenAIChatModel, fold_stream
+from bot.agent.router import ModelRouter
 from bot.agent.subagent import SubagentBody
 from bot.agent.subagent_types import GENERAL_PURPOSE, subagent_types, tools_for_type
 from bot.agent.tools.sandbox import sandbox_status
 from bot.agent.turn import execute_turn
 from bot.config import Settings, load_settings
-from bot.models.router import ModelRouter
 from bot.observe import tracing
 from bot.observe.job_observer import job_scope
 from bot.prices import table_cost

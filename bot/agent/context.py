@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bot.agent.completion import ChatModel
 from bot.deps import Deps
+from bot.models.completion import ChatModel
 from bot.runs.join import JoinPlan
 from bot.types import ThreadRef
 

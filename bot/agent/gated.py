@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bot.agent.completion import ToolCallRequest
 from bot.agent.context import ToolContext
 from bot.agent.loop import Gate, run_calls
 from bot.agent.tools import Tool
 from bot.config import Settings, SubagentType
 from bot.deps import Deps
 from bot.errors import RunFailed
+from bot.models.completion import ToolCallRequest
 from bot.runs.approval_gate import denied_result, needs_approval
 from bot.steps import LoopControl, Meter
 from bot.store.approvals import ApprovalState, PendingCall

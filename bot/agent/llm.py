@@ -1,5 +1,5 @@
-"""The :class:`~bot.agent.completion.ChatModel` on the ``openai`` SDK: one streaming
-chat-completions call, folded into a plain :class:`~bot.agent.completion.Completion`.
+"""The :class:`~bot.models.completion.ChatModel` on the ``openai`` SDK: one streaming
+chat-completions call, folded into a plain :class:`~bot.models.completion.Completion`.
 
 The SDK's own bounded retries (``max_retries``, honouring ``Retry-After``) handle 429/5xx
 when the client has no fleet-wide limits. With them (:class:`~bot.store.model_limits.ModelLimits`,
@@ -27,8 +27,8 @@ from typing import Any
 import httpx2
 import openai
 
-from bot.agent.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.config import OpenAISettings
+from bot.models.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.models.dialect import Dialect, Learned, dialect_for, refused_parameter
 from bot.models.errors import ModelRateLimited
 from bot.models.stream import read_stream
@@ -357,7 +357,7 @@ def fold_stream(
     read_stream`: any server's shapes), keeping at most ``limit`` characters of text and of
     each call's arguments (``on_text`` gets the running count; ``on_chunk`` is called for
     every chunk); ``messages``/``tools``/``model`` count the usage a stream lacks."""
-    read = read_stream(
+    return read_stream(
         stream,
         on_text,
         limit=limit,
@@ -365,16 +365,4 @@ def fold_stream(
         messages=messages,
         tools=tools,
         model=model,
-    )
-    calls = tuple(
-        ToolCallRequest(id=c.id, name=c.name, arguments=c.arguments, cut_chars=c.cut_chars)
-        for c in read.tool_calls
-    )
-    return Completion(
-        content=read.content,
-        tool_calls=calls,
-        usage=read.usage,
-        finish_reason=read.finish_reason,
-        cut_chars=read.cut_chars,
-        reasoning=read.reasoning,
     )

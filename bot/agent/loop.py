@@ -14,10 +14,10 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 
-from bot.agent.completion import ChatModel, CompletionRequest, ToolCallRequest
 from bot.agent.context import ToolContext
 from bot.agent.tools import Tool, execute_tool
 from bot.errors import RunDeadline
+from bot.models.completion import ChatModel, CompletionRequest, ToolCallRequest
 from bot.observe import tracing
 from bot.runs.naming import Icon
 from bot.steps import LoopControl, LoopResult, Message, Meter

@@ -11,9 +11,9 @@ from __future__ import annotations
 import openai
 
 from bot.agent.llm import ModelRateLimited
+from bot.agent.router import failed_at
 from bot.config_check import public_url
 from bot.models.errors import Failure, failure_kind
-from bot.models.router import failed_at
 
 MAX_WORDS = 200
 """An endpoint's own words are cut to this many characters."""
@@ -31,7 +31,7 @@ def model_error_text(
         detail: Add the HTTP status and the endpoint's own words in brackets (for an
             announce's notes, which operators read too).
 
-    A call through :class:`~bot.models.router.ModelRouter` names the endpoint and model
+    A call through :class:`~bot.agent.router.ModelRouter` names the endpoint and model
     that failed last instead (a fallback's), and the models asked before it.
     """
     where = failed_at(exc)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.agent.completion import ToolCallRequest
+from bot.models.completion import ToolCallRequest
 
 INTERRUPTED = (
     "error: this call was interrupted: the worker running it was lost, so its outcome is "

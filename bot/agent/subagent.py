@@ -26,7 +26,6 @@ from typing import Any
 import openai
 
 from bot.agent import structured
-from bot.agent.completion import ChatModel
 from bot.agent.context import ToolContext
 from bot.agent.gated import approved_call, decided_step, gate_for
 from bot.agent.loop import Gate, run_calls, run_loop
@@ -38,6 +37,7 @@ from bot.agent.tools import Tool
 from bot.agent.tools.mcp import McpPool
 from bot.deps import Deps
 from bot.errors import ModelCallFailed, RunFailed, RunParked
+from bot.models.completion import ChatModel
 from bot.runs.approval_gate import park_for
 from bot.runs.join import continuation_prompt, may_nest, plan_run_join
 from bot.runs.render import ANNOUNCE_SKIP

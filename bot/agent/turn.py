@@ -24,7 +24,6 @@ import openai
 from rq.timeouts import BaseTimeoutException, JobTimeoutException
 
 from bot.agent import policy
-from bot.agent.completion import ChatModel
 from bot.agent.context import ToolContext
 from bot.agent.gated import approved_call, decided_step, gate_for
 from bot.agent.loop import Gate, LoopControl, Meter, run_calls, run_loop
@@ -37,6 +36,7 @@ from bot.agent.tools.mcp import McpPool
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import BudgetExceeded, RunInterrupted, RunParked
+from bot.models.completion import ChatModel
 from bot.observe import tracing
 from bot.runs.approval_gate import RESUME_PREFIX, park_turn, post_request
 from bot.runs.budget import over_daily, turn_guard

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import openai
 
-from bot.agent.completion import Completion, CompletionRequest
 from bot.agent.llm import OpenAIChatModel
 from bot.agent.model_errors import model_error_text
 from bot.config import OpenAISettings, Settings
 from bot.models.catalog import DEFAULT_ENDPOINT, endpoints
+from bot.models.completion import Completion, CompletionRequest
 
 PROBE_TOOL = {
     "type": "function",

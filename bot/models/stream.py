@@ -1,8 +1,8 @@
 """Reading a streamed chat completion, whatever server wrote it (pure).
 
-:func:`read_stream` folds chunks into one :class:`StreamedReply` (which
-:func:`bot.agent.llm.fold_stream` hands on as a ``Completion``) and tolerates what servers
-do differently (docs/models.md, "Server kinds and their dialects"): tool-call arguments in pieces or whole, as a JSON string or an object; ids missing or
+:func:`read_stream` folds chunks into one :class:`~bot.models.completion.Completion` and
+tolerates what servers do differently (docs/models.md, "Server kinds and their dialects"):
+tool-call arguments in pieces or whole, as a JSON string or an object; ids missing or
 repeated; ``index`` missing; tool calls written into the text (Hermes/Qwen ``<tool_call>``,
 Mistral ``[TOOL_CALLS]``, a bare JSON call naming an offered tool); reasoning as
 ``reasoning_content``, ``reasoning`` or ``<think>`` text; ``finish_reason`` spelled each
@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.models.completion import Completion, ToolCallRequest
 from bot.models.tokens import CHARS_PER_TOKEN, count_messages, count_text
 from bot.text.clip import cut_note
 from bot.types import Usage
@@ -64,28 +65,6 @@ def normalize_finish(reason: str) -> str:
     if said.startswith("finish_reason_"):  # Gemini's enum names
         said = said.removeprefix("finish_reason_")
     return FINISH_REASONS.get(said, said)
-
-
-@dataclass(frozen=True, kw_only=True)
-class StreamedCall:
-    """A tool call as read (``arguments``: JSON text; ``cut_chars`` > 0: cut, not JSON)."""
-
-    id: str
-    name: str
-    arguments: str
-    cut_chars: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class StreamedReply:
-    """One folded reply: the fields of ``bot.agent.completion.Completion`` it fills."""
-
-    content: str
-    tool_calls: tuple[StreamedCall, ...] = ()
-    usage: Usage = field(default_factory=Usage)
-    finish_reason: str = ""
-    cut_chars: int = 0
-    reasoning: str = ""
 
 
 @dataclass(kw_only=True)
@@ -224,8 +203,8 @@ def read_stream(
     messages: Sequence[dict[str, Any]] = (),
     tools: Sequence[dict[str, Any]] = (),
     model: str = "",
-) -> StreamedReply:
-    """Fold ``stream``'s chunks into one :class:`StreamedReply` (see the module's doc).
+) -> Completion:
+    """Fold ``stream``'s chunks into one :class:`Completion` (see the module's doc).
 
     Args:
         stream: The SDK's stream (a context manager yielding chunks) or any such iterable.
@@ -465,7 +444,7 @@ def _completion(
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]],
     model: str,
-) -> StreamedReply:
+) -> Completion:
     content, thought = split_think(text.text())
     thinking = "\n\n".join(t for t in (reasoning.text(), thought) if t)
     raw = [(s.id, s.name, s.arguments.text(), s.arguments.cut) for s in calls.slots]
@@ -475,7 +454,7 @@ def _completion(
         raw.extend(("", name, arguments, 0) for name, arguments in written)
     ids = _ids(((r[0], r[1], r[2]) for r in raw), seed)
     tool_calls = tuple(
-        StreamedCall(id=i, name=r[1], arguments=r[2] or "{}", cut_chars=r[3])
+        ToolCallRequest(id=i, name=r[1], arguments=r[2] or "{}", cut_chars=r[3])
         for i, r in zip(ids, raw, strict=True)
     )
     if text.cut:
@@ -491,7 +470,7 @@ def _completion(
             + -(-(text.cut + reasoning.cut + sum(r[3] for r in raw)) // CHARS_PER_TOKEN),
             estimated=True,
         )
-    return StreamedReply(
+    return Completion(
         content=content,
         tool_calls=tool_calls,
         usage=usage,

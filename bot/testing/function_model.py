@@ -1,6 +1,6 @@
 """An in-process model: a Python function decides every answer, no server in between.
 
-:class:`FunctionModel` is a :class:`~bot.agent.completion.ChatModel` (as pydantic-ai's
+:class:`FunctionModel` is a :class:`~bot.models.completion.ChatModel` (as pydantic-ai's
 ``FunctionModel``): each completion calls your function with the request, as the same
 read-only :class:`~bot.demo.replies.ChatRequest` a :class:`~bot.testing.FakeOpenAI`
 script gets, and turns the :class:`Text` or :class:`ToolCalls` it returns into the
@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bot.agent.completion import Completion, CompletionRequest, ToolCallRequest
 from bot.demo.replies import ChatRequest, Reply, Text, ToolCalls
 from bot.demo.wire import usage as wire_usage
+from bot.models.completion import Completion, CompletionRequest, ToolCallRequest
 from bot.types import Usage
 
 __all__ = ["FunctionModel"]

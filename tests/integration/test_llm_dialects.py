@@ -10,10 +10,10 @@ import openai
 import pytest
 from pydantic import SecretStr
 
-from bot.agent.completion import Completion, CompletionRequest
 from bot.agent.llm import OpenAIChatModel
 from bot.config import OpenAISettings
 from bot.demo.replies import Call, ChatRequest, Fail, Reply, Text, ToolCalls
+from bot.models.completion import Completion, CompletionRequest
 from bot.models.dialect import OPTIONAL, dialect_for
 from bot.testing.fake_openai import FakeOpenAI, RecordedRequest
 from bot.testing.scripted import ScriptedModel

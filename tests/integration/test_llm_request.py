@@ -6,9 +6,9 @@ import asyncio
 
 from pydantic import SecretStr
 
-from bot.agent.completion import CompletionRequest
 from bot.agent.llm import OpenAIChatModel
 from bot.config import OpenAISettings
+from bot.models.completion import CompletionRequest
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.scripted import ScriptedModel, Text
 

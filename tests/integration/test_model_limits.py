@@ -13,11 +13,11 @@ import pytest
 import redis
 
 from bot.agent import llm
-from bot.agent.completion import CompletionRequest
 from bot.agent.llm import WAITING_FOR_RATE_LIMIT, ModelRateLimited, OpenAIChatModel
 from bot.agent.model_errors import model_error_text
 from bot.config import OpenAISettings
 from bot.keys import Keys
+from bot.models.completion import CompletionRequest
 from bot.store.model_limits import WINDOW_MS, ModelLimits, endpoint_id
 from bot.supervise import abort
 from bot.testing.fake_openai import FakeOpenAI

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from bot.agent.router import ModelRouter
 from bot.agent.subagent import SubagentBody
 from bot.agent.turn import execute_turn
 from bot.config import Settings
 from bot.deps import Deps
-from bot.models.router import ModelRouter
 from bot.runs.execute import execute_run
 from bot.testing import FakeOpenAI
 from bot.testing.netutil import free_port

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from bot.agent.completion import Completion, CompletionRequest
 from bot.agent.subagent import SubagentBody
 from bot.commands.answers import render_info
 from bot.config import Price, Settings
 from bot.deps import Deps
+from bot.models.completion import Completion, CompletionRequest
 from bot.runs.execute import execute_run
 from bot.testing.function_model import FunctionModel
 from bot.testing.scripted import Call, ChatRequest, Reply, Text, ToolCalls

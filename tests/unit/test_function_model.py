@@ -10,10 +10,10 @@ from typing import Any, cast
 
 import pytest
 
-from bot.agent.completion import ChatModel, CompletionRequest
 from bot.agent.context import ToolContext
 from bot.agent.loop import run_loop
 from bot.agent.tools import Tool
+from bot.models.completion import ChatModel, CompletionRequest
 from bot.steps import LoopControl, Meter
 from bot.testing import Call, ChatRequest, FunctionModel, ScriptedModel, Text, ToolCalls
 from bot.types import ThreadRef, Usage

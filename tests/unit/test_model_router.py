@@ -11,10 +11,10 @@ import httpx2
 import openai
 import pytest
 
-from bot.agent.completion import Completion, CompletionRequest
 from bot.agent.model_errors import model_error_text
+from bot.agent.router import ModelRouter, failed_at
 from bot.config import OpenAISettings, Settings
-from bot.models.router import ModelRouter, failed_at
+from bot.models.completion import Completion, CompletionRequest
 from bot.observe.metric_defs import configured_models
 from bot.observe.scope import bound, model_call
 

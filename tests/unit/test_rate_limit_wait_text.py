@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from bot.agent.completion import Completion, CompletionRequest
 from bot.agent.context import ToolContext
 from bot.agent.llm import WAITING_FOR_RATE_LIMIT
 from bot.agent.loop import run_loop
 from bot.commands.answers import render_list
 from bot.gateway.status_cards import status_text
+from bot.models.completion import Completion, CompletionRequest
 from bot.steps import LoopControl, Meter
 from bot.types import RunRecord, RunStatus, ThreadRef
 

@@ -1,4 +1,4 @@
-"""The :class:`~bot.agent.completion.ChatModel` of a fleet with named endpoints: each call
+"""The :class:`~bot.models.completion.ChatModel` of a fleet with named endpoints: each call
 goes to the endpoint its model names, and to the model's fallbacks when that endpoint is
 down, overloaded or rate limited (docs/models.md, "Named endpoints" and "Fallbacks").
 
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import openai
 
-from bot.agent.completion import ChatModel, Completion, CompletionRequest
 from bot.agent.llm import OpenAIChatModel
 from bot.config import OpenAISettings, Settings
 from bot.models import catalog
+from bot.models.completion import ChatModel, Completion, CompletionRequest
 from bot.models.errors import FALLBACK_ON, Failure, failure_kind
 from bot.observe import scope
 from bot.store.model_limits import ModelLimits

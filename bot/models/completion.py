@@ -43,7 +43,7 @@ class Completion:
             ``reasoning_content``/``reasoning`` field or ``<think>`` text); never part of
             ``content`` nor sent back to the model.
         answered_by: The model that answered, as ``endpoint/model`` (a fallback's name when
-            the asked-for model could not answer; :mod:`bot.models.router`).
+            the asked-for model could not answer; :mod:`bot.agent.router`).
         fallback_reason: Why the models asked before ``answered_by`` did not answer
             (``gpt-4o overloaded``); "" when the asked-for model answered.
     """

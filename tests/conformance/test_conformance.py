@@ -21,6 +21,7 @@ from bot.agent.llm import OpenAIChatModel
 from bot.config import OpenAISettings
 from bot.models.errors import Failure, failure_kind
 from bot.testing import Fixture, ReplayOpenAI
+from bot.testing.fake_openai import RecordedRequest
 from bot.testing.replay_openai import load_fixtures
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -38,8 +39,8 @@ def _at(body: dict[str, Any], path: str) -> Any:
     return value
 
 
-def _run(fixture: Fixture) -> tuple[Completion | BaseException, dict[str, Any]]:
-    """Replay ``fixture``; returns what the client made of it and the body it sent."""
+def _run(fixture: Fixture) -> tuple[Completion | BaseException, list[RecordedRequest]]:
+    """Replay ``fixture``; returns what the client made of it and the requests it sent."""
     call = fixture.call
     with ReplayOpenAI(fixture.responses, models=(call["model"],)) as server:
         settings = OpenAISettings(
@@ -65,11 +66,12 @@ def _run(fixture: Fixture) -> tuple[Completion | BaseException, dict[str, Any]]:
             model.close()
         sent = server.requests
     assert sent, "the client sent nothing"
-    return outcome, sent[0].body
+    return outcome, sent
 
 
-def _check_request(fixture: Fixture, body: dict[str, Any]) -> list[str]:
-    wanted = fixture.request
+def _check_request(fixture: Fixture, sent: RecordedRequest) -> list[str]:
+    """``fixture.request`` against the request that got the last answer."""
+    wanted, body = fixture.request, sent.body
     problems = [f"`{p}` missing" for p in wanted.get("present", ()) if _at(body, p) is _MISSING]
     problems += [f"`{p}` sent" for p in wanted.get("absent", ()) if _at(body, p) is not _MISSING]
     for path, value in (wanted.get("equals") or {}).items():
@@ -112,8 +114,10 @@ def _arguments(raw: str) -> Any:
 
 @pytest.mark.parametrize("fixture", ALL, ids=[f"{f.kind}-{f.case}" for f in ALL])
 def test_server_kind_case(fixture: Fixture) -> None:
-    outcome, body = _run(fixture)
-    problems = [f"request: {p}" for p in _check_request(fixture, body)]
+    outcome, sent = _run(fixture)
+    problems = [f"request: {p}" for p in _check_request(fixture, sent[-1])]
+    if len(sent) != len(fixture.responses):
+        problems.append(f"{len(sent)} requests sent, {len(fixture.responses)} answers recorded")
     expect = dict(fixture.expect)
     if "failure" in expect:
         if not isinstance(outcome, BaseException):

@@ -30,6 +30,7 @@ import openai
 from bot.agent.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.config import OpenAISettings
 from bot.models.dialect import Dialect, Learned, dialect_for, refused_parameter
+from bot.models.errors import ModelRateLimited
 from bot.models.stream import read_stream
 from bot.observe.scope import model_call as observe_model_call
 from bot.runs.budget import estimate
@@ -51,8 +52,15 @@ RETRIED_STATUSES = frozenset({408, 409, 429})
 """Statuses retried (with every 5xx), as the SDK retries them."""
 
 
-class ModelRateLimited(openai.APIError):
-    """The endpoint's shared window (or a 429's pause) leaves no room before the deadline."""
+class _ApiKeyHeaderClient(openai.OpenAI):
+    """The SDK's client sending its key in an ``api-key`` header instead of a bearer token
+    (Azure; docs/models.md "Server kinds and their dialects"), on every request it makes."""
+
+    def _auth_headers(self, security: Any) -> dict[str, str]:
+        return {"api-key": self.api_key}
+
+    def _validate_headers(self, headers: Any, custom_headers: Any) -> None:
+        return None
 
 
 def _cutter(stream: Any) -> Callable[[], None]:
@@ -108,15 +116,12 @@ class OpenAIChatModel:
         self.dialect: Dialect = dialect_for(settings.kind, settings.base_url)
         self.learned = Learned()  # what this endpoint refused (docs/models.md)
         key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
-        headers: dict[str, Any] = {}
-        if self.dialect.key_header:  # Azure: the key in its own header, no bearer token
-            headers = {self.dialect.key_header: key, "Authorization": openai.Omit()}
-        self.client = openai.OpenAI(
+        client_class = _ApiKeyHeaderClient if self.dialect.key_header else openai.OpenAI
+        self.client = client_class(
             base_url=settings.base_url,
             api_key=key,
             max_retries=settings.max_retries,
             timeout=settings.request_timeout,
-            default_headers=headers or None,
         )
         self._models: frozenset[str] | None = None
 

@@ -52,7 +52,7 @@ def _meaning(exc: openai.APIError, where: str, model: str) -> str | None:
     if isinstance(exc, openai.APIStatusError):
         kind = failure_kind(exc)
         if kind is Failure.CONTEXT_TOO_LONG:
-            return f"the conversation is too long for model {model!r}'s context window"
+            return f"the conversation is too long for the context window of model {model!r}"
         if kind is Failure.OVERLOADED:
             return f"the model endpoint at {where} is overloaded; try again in a minute"
         if exc.status_code == 402:

@@ -13,6 +13,11 @@ import enum
 import openai
 
 
+class ModelRateLimited(openai.APIError):
+    """The endpoint's shared window (or a 429's pause) leaves no room before the deadline
+    (raised by :mod:`bot.agent.llm`, which exports it too)."""
+
+
 class Failure(enum.StrEnum):
     CONTEXT_TOO_LONG = "context_too_long"
     """The request does not fit the model's window: compact and retry, never fall back."""
@@ -68,8 +73,6 @@ _NO_QUOTA = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
 
 def failure_kind(exc: BaseException) -> Failure:
     """What ``exc`` (raised by the ``openai`` SDK or :mod:`bot.agent.llm`) means."""
-    from bot.agent.llm import ModelRateLimited  # the client module imports this one
-
     if isinstance(exc, ModelRateLimited):
         return Failure.RATE_LIMITED
     if isinstance(exc, openai.APIConnectionError):  # timeouts too

@@ -135,20 +135,15 @@ def test_server_kind_case(fixture: Fixture) -> None:
     )
 
 
-def test_every_kind_has_every_case() -> None:
-    cases = {
-        "plain",
-        "parallel_tools",
-        "streamed_usage",
-        "reasoning",
-        "context_too_long",
-        "overloaded",
-    }
+def test_every_required_kind_has_every_case() -> None:
+    """Issue 28's ten kinds have all six cases; other kinds may leave one out (the docs
+    table shows it as "—": LM Studio queues rather than saying it is overloaded)."""
+    cases = {"plain", "parallel_tools", "streamed_usage", "reasoning"}
+    cases |= {"context_too_long", "overloaded"}
     kinds: dict[str, set[str]] = {}
     for fixture in ALL:
         kinds.setdefault(fixture.kind, set()).add(fixture.case)
     required = {"openai", "azure", "openrouter", "litellm", "vllm", "ollama", "llamacpp"}
     required |= {"gemini", "anthropic", "deepseek"}
     assert required <= set(kinds)
-    missing = {k: sorted(cases - have) for k, have in kinds.items() if cases - have}
-    assert not missing
+    assert {k: sorted(cases - kinds[k]) for k in required if cases - kinds[k]} == {}

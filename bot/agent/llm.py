@@ -173,7 +173,7 @@ class OpenAIChatModel:
                 stream, grant = self._create(base, request, retries)
             try:
                 with abort.closing(_cutter(stream)):  # a stop cuts the response mid-stream
-                    completion = read_stream(
+                    completion = fold_stream(
                         call.watch(stream),
                         request.on_text,
                         limit=self.settings.max_reply_chars,
@@ -357,7 +357,7 @@ def fold_stream(
     read_stream`: any server's shapes), keeping at most ``limit`` characters of text and of
     each call's arguments (``on_text`` gets the running count; ``on_chunk`` is called for
     every chunk); ``messages``/``tools``/``model`` count the usage a stream lacks."""
-    return read_stream(
+    read = read_stream(
         stream,
         on_text,
         limit=limit,
@@ -365,4 +365,16 @@ def fold_stream(
         messages=messages,
         tools=tools,
         model=model,
+    )
+    calls = tuple(
+        ToolCallRequest(id=c.id, name=c.name, arguments=c.arguments, cut_chars=c.cut_chars)
+        for c in read.tool_calls
+    )
+    return Completion(
+        content=read.content,
+        tool_calls=calls,
+        usage=read.usage,
+        finish_reason=read.finish_reason,
+        cut_chars=read.cut_chars,
+        reasoning=read.reasoning,
     )

@@ -89,6 +89,8 @@ def failure_kind(exc: BaseException) -> Failure:
     if status == 429:
         if codes & _NO_QUOTA:
             return Failure.OTHER
+        if "capacity" in words:  # Mistral: the service tier's capacity is used up
+            return Failure.OVERLOADED
         return Failure.RATE_LIMITED  # Gemini's RESOURCE_EXHAUSTED too
     if status == 503:
         return Failure.OVERLOADED  # Gemini's UNAVAILABLE, Ollama's queue full

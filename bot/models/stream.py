@@ -1,8 +1,8 @@
 """Reading a streamed chat completion, whatever server wrote it (pure).
 
-:func:`read_stream` folds chunks into one :class:`~bot.agent.completion.Completion` and
-tolerates what servers do differently (docs/models.md, "Server kinds and their dialects"):
-tool-call arguments in pieces or whole, as a JSON string or an object; ids missing or
+:func:`read_stream` folds chunks into one :class:`StreamedReply` (which
+:func:`bot.agent.llm.fold_stream` hands on as a ``Completion``) and tolerates what servers
+do differently (docs/models.md, "Server kinds and their dialects"): tool-call arguments in pieces or whole, as a JSON string or an object; ids missing or
 repeated; ``index`` missing; tool calls written into the text (Hermes/Qwen ``<tool_call>``,
 Mistral ``[TOOL_CALLS]``, a bare JSON call naming an offered tool); reasoning as
 ``reasoning_content``, ``reasoning`` or ``<think>`` text; ``finish_reason`` spelled each
@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.agent.completion import Completion, ToolCallRequest
 from bot.models.tokens import CHARS_PER_TOKEN, count_messages, count_text
 from bot.text.clip import cut_note
 from bot.types import Usage
@@ -65,6 +64,28 @@ def normalize_finish(reason: str) -> str:
     if said.startswith("finish_reason_"):  # Gemini's enum names
         said = said.removeprefix("finish_reason_")
     return FINISH_REASONS.get(said, said)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamedCall:
+    """A tool call as read (``arguments``: JSON text; ``cut_chars`` > 0: cut, not JSON)."""
+
+    id: str
+    name: str
+    arguments: str
+    cut_chars: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamedReply:
+    """One folded reply: the fields of ``bot.agent.completion.Completion`` it fills."""
+
+    content: str
+    tool_calls: tuple[StreamedCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str = ""
+    cut_chars: int = 0
+    reasoning: str = ""
 
 
 @dataclass(kw_only=True)
@@ -203,8 +224,8 @@ def read_stream(
     messages: Sequence[dict[str, Any]] = (),
     tools: Sequence[dict[str, Any]] = (),
     model: str = "",
-) -> Completion:
-    """Fold ``stream``'s chunks into one :class:`Completion` (see the module's doc).
+) -> StreamedReply:
+    """Fold ``stream``'s chunks into one :class:`StreamedReply` (see the module's doc).
 
     Args:
         stream: The SDK's stream (a context manager yielding chunks) or any such iterable.
@@ -236,8 +257,10 @@ def read_stream(
                 if isinstance(thought, str) and thought:
                     reasoning.add(thought)
                 content = _get(delta, "content")
-                if isinstance(content, list):  # content parts
-                    content = "".join(_str(_get(p, "text")) for p in content)
+                if isinstance(content, list):  # content parts (Mistral's Magistral)
+                    content, thought = _parts(content)
+                    if thought:
+                        reasoning.add(thought)
                 if content:
                     text.add(_str(content))
                     if on_text:
@@ -258,6 +281,25 @@ def read_stream(
         tools=tools,
         model=model,
     )
+
+
+def _parts(parts: list[Any]) -> tuple[str, str]:
+    """The text and the reasoning of a list of content parts: ``{"type": "text", "text"}``
+    and ``{"type": "thinking", "thinking": <text or a list of text parts>}``."""
+    text: list[str] = []
+    thought: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            text.append(part)
+        elif _get(part, "type") == "thinking":
+            inner = _get(part, "thinking")
+            if isinstance(inner, list):
+                thought.extend(_str(_get(p, "text")) for p in inner)
+            else:
+                thought.append(_str(inner))
+        else:
+            text.append(_str(_get(part, "text")))
+    return "".join(text), "".join(thought)
 
 
 def _usage(chunk: Any) -> Usage | None:
@@ -291,12 +333,13 @@ _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
 def split_think(content: str) -> tuple[str, str]:
-    """``content`` without its ``<think>…</think>`` parts, and those parts (a reply that
-    opens with reasoning and only closes the tag, as some chat templates do, too)."""
+    """``content`` without its ``<think>…</think>`` parts, and those parts, when the reply
+    opens with one (or opens with reasoning and only closes the tag, as some chat templates
+    do); a tag in the middle of an answer that did not open with one is just text."""
     if "</think>" in content and "<think>" not in content:
         thought, _, rest = content.partition("</think>")
         return rest.lstrip(), thought.strip()
-    if "<think>" not in content:
+    if not content.lstrip().startswith("<think>"):
         return content, ""
     thoughts = [m.group(1).strip() for m in _THINK.finditer(content)]
     return _THINK.sub("", content).strip(), "\n\n".join(t for t in thoughts if t)
@@ -422,7 +465,7 @@ def _completion(
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]],
     model: str,
-) -> Completion:
+) -> StreamedReply:
     content, thought = split_think(text.text())
     thinking = "\n\n".join(t for t in (reasoning.text(), thought) if t)
     raw = [(s.id, s.name, s.arguments.text(), s.arguments.cut) for s in calls.slots]
@@ -432,7 +475,7 @@ def _completion(
         raw.extend(("", name, arguments, 0) for name, arguments in written)
     ids = _ids(((r[0], r[1], r[2]) for r in raw), seed)
     tool_calls = tuple(
-        ToolCallRequest(id=i, name=r[1], arguments=r[2] or "{}", cut_chars=r[3])
+        StreamedCall(id=i, name=r[1], arguments=r[2] or "{}", cut_chars=r[3])
         for i, r in zip(ids, raw, strict=True)
     )
     if text.cut:
@@ -448,7 +491,7 @@ def _completion(
             + -(-(text.cut + reasoning.cut + sum(r[3] for r in raw)) // CHARS_PER_TOKEN),
             estimated=True,
         )
-    return Completion(
+    return StreamedReply(
         content=content,
         tool_calls=tool_calls,
         usage=usage,

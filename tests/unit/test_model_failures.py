@@ -87,6 +87,8 @@ OVERLOADED = [
     (500, {"error": {"message": "litellm.InternalServerError: AnthropicException - Overloaded"}}),
     (503, {"error": {"message": "Server Overloaded"}}),
     (502, {"error": {"code": 502, "message": "No available provider for this model"}}),
+    (429, {"object": "error", "message": "Service tier capacity exceeded for this model.",
+           "type": "service_tier_capacity_exceeded", "code": "3505"}),
 ]  # fmt: skip
 
 RATE_LIMITED = [

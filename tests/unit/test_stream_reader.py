@@ -257,6 +257,17 @@ def test_reasoning_fields_are_reasoning_not_content(field: str) -> None:
     assert done.reasoning == "Think hard." and done.content == "42"
 
 
+def test_thinking_content_parts_are_reasoning() -> None:
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "Tenths: 1 < 8."}]}
+    done = read(
+        [
+            delta(content=[thinking]),
+            delta(content=[{"type": "thinking", "thinking": " Sure."}, "No, ", {"text": "9.8."}]),
+        ]
+    )
+    assert done.reasoning == "Tenths: 1 < 8. Sure." and done.content == "No, 9.8."
+
+
 def test_think_tags_in_content_are_reasoning() -> None:
     done = read(
         [delta(content="<thi"), delta(content="nk>plan</th"), delta(content="ink>\n\nDone.")]
@@ -273,6 +284,11 @@ def test_think_tags_in_content_are_reasoning() -> None:
         ("<think></think>x", ("x", "")),
         ("no tags", ("no tags", "")),
         ("<think>a</think>b<think>c</think>d", ("bd", "a\n\nc")),
+        ("  <think>a</think>b", ("b", "a")),
+        (
+            "Use a <think> tag like <think>this</think>.",
+            ("Use a <think> tag like <think>this</think>.", ""),
+        ),
     ],
 )
 def test_split_think(content: str, expected: tuple[str, str]) -> None:

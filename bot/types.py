@@ -304,6 +304,16 @@ class Usage:
     def total(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def record_fields(self) -> dict[str, int]:
+        """The run record's fields that hold this usage (:class:`RunRecord`), as stored."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "usage_estimated": int(self.estimated),
+        }
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
@@ -388,10 +398,22 @@ class RunRecord:
     estimate: str = ""
     """What its spawn expected it to spend, from recent runs of its type and model (JSON,
     :class:`bot.runs.estimate.Estimate`; "" = no estimate)."""
+    cached_tokens: int = 0
+    """Prompt tokens the provider served from its cache (part of ``prompt_tokens``)."""
+    reasoning_tokens: int = 0
+    """Completion tokens spent reasoning (part of ``completion_tokens``)."""
+    usage_estimated: bool = False
+    """Some of its tokens were counted by fanbot, the server reported none (docs/models.md)."""
 
     @property
     def usage(self) -> Usage:
-        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens)
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cached_tokens=self.cached_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+            estimated=self.usage_estimated,
+        )
 
     @property
     def resumes(self) -> int:

@@ -245,4 +245,5 @@ def short_args(arguments: str, limit: int = ARG_PREVIEW_CHARS) -> str:
 
 def _status(meter: Meter, doing: str) -> str:
     """``step 3 · 🔧 search(…) · 1200 tokens`` (the run adds its tool count and time)."""
-    return f"step {meter.steps} · {doing} · {meter.usage.total} tokens"
+    mark = "~" if meter.usage.estimated else ""  # counted by fanbot (docs/models.md)
+    return f"step {meter.steps} · {doing} · {mark}{meter.usage.total} tokens"

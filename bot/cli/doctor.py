@@ -18,16 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import openai
 import redis
 
 from bot.agent import policy
-from bot.agent.llm import OpenAIChatModel
-from bot.agent.model_errors import model_error_text
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools, subagent_types, tools_for_type
 from bot.agent.tools.mcp import McpPool
 from bot.agent.tools.sandbox import sandbox_status
+from bot.cli.model_probe import probe_all
 from bot.config import Settings, config_path
 from bot.config_check import public_url
 from bot.deps import Deps
@@ -142,31 +140,12 @@ def check_config() -> Check:
     return Check(name="config", ok=True, detail=f"{where}; environment and defaults only")
 
 
-def check_model(settings: Settings) -> Check:
-    if not settings.openai.configured:
-        return Check(name="model", ok=False,
-                     detail="no endpoint (set FANBOT_OPENAI__BASE_URL or OPENAI_API_KEY); "
-                     "`fanbot console` falls back to the offline demo model")  # fmt: skip
-    model = OpenAIChatModel(settings=settings.openai)
-    try:
-        page = model.client.with_options(max_retries=0).models.list(timeout=10.0)
-        listed = frozenset(m.id for m in page.data)
-    except openai.APIError as exc:
-        return Check(name="model", ok=False, detail=_model_refusal(exc, model, settings))
-    finally:
-        model.close()
-    known = settings.openai.model in listed
-    return Check(name="model", ok=known, detail=f"endpoint lists {len(listed)} model(s); "
-                 f"{settings.openai.model!r} {'listed' if known else 'NOT listed'}")  # fmt: skip
-
-
-def _model_refusal(exc: openai.APIError, model: OpenAIChatModel, settings: Settings) -> str:
-    """``the model endpoint refused the API key (HTTP 401)`` and the like."""
-    text = model_error_text(exc, base_url=str(model.client.base_url), model=settings.openai.model)
-    status = getattr(exc, "status_code", None)
-    if status and "HTTP" not in text:
-        text += f" (HTTP {status})"
-    return f"{text} (GET /models)" if isinstance(exc, openai.NotFoundError) else text
+def check_models(settings: Settings) -> list[Check]:
+    """Each model endpoint's lines (:mod:`bot.cli.model_probe`)."""
+    return [
+        Check(name=line.name, ok=line.ok, detail=line.detail, warn=line.warn)
+        for line in probe_all(settings)
+    ]
 
 
 async def _http(method: str, url: str, **kwargs: object) -> tuple[int, dict[str, object]]:
@@ -363,7 +342,7 @@ def check_search(settings: Settings) -> Check:
 
 def run_checks(settings: Settings) -> list[Check]:
     """Every check, in report order."""
-    checks = [check_config(), *check_redis(settings), check_model(settings)]
+    checks = [check_config(), *check_redis(settings), *check_models(settings)]
     checks.extend(check_tools(settings))
     checks.extend([check_sandbox(settings), check_search(settings)])
     warnings = [check_platforms_configured(settings)]

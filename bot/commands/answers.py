@@ -16,11 +16,9 @@ from typing import Any
 from bot.runs.budget import RunSpend, spend_text
 from bot.runs.logview import LogView
 from bot.runs.naming import ICONS, Icon, one_line, run_name, run_title
-from bot.runs.render import (
-    is_tool_message,
-)
-from bot.text.units import ago, duration, tokens, utc_stamp
-from bot.types import RunRecord, RunStatus
+from bot.runs.render import is_tool_message, token_split, token_total
+from bot.text.units import ago, duration, utc_stamp
+from bot.types import RunRecord, RunStatus, Usage
 
 LOG_LINE_CHARS = 400
 ROLE_CHARS = 20
@@ -113,7 +111,7 @@ def _state(run: RunRecord) -> str:
 def spend(run: RunRecord) -> str:
     """``1.2k tok $0.0012``: what the run has spent so far."""
     cost = f" ${run.cost_usd:.4f}" if run.cost_usd is not None else ""
-    return f"{tokens(run.usage.total)} tok{cost}"
+    return f"{token_total(run.usage)} tok{cost}"
 
 
 def render_family(run: RunRecord, tree: Sequence[RunRecord]) -> list[str]:
@@ -135,10 +133,12 @@ def render_family(run: RunRecord, tree: Sequence[RunRecord]) -> list[str]:
             f"{run_title(k, noun='', name='none')} {ICONS[k.status]} {_state(k)}" for k in kids
         )
         lines.append(f"• Children: {listed}")
-    used = sum(r.usage.total for r in tree)
+    used = sum((r.usage for r in tree), Usage())
     costs = [r.cost_usd for r in tree if r.cost_usd is not None]
     money = f" · est ${sum(costs):.4f}" if costs else ""
-    lines.append(f"• Tree: {len(tree)} runs (depth {run.depth}) · {tokens(used)} tokens{money}")
+    lines.append(
+        f"• Tree: {len(tree)} runs (depth {run.depth}) · {token_total(used)} tokens{money}"
+    )
     return lines
 
 
@@ -182,8 +182,7 @@ def render_info(
         f"• Started: {when(run.started_at, now)}",
         f"• Ended: {when(run.ended_at, now)}",
         f"• Runtime: {_runtime(run, now)}",
-        f"• Tokens: {tokens(run.usage.total)} (in {tokens(run.prompt_tokens)}"
-        f" / out {tokens(run.completion_tokens)})"
+        f"• Tokens: {token_total(run.usage)} ({token_split(run.usage)})"
         + (f" · Cost: est ${run.cost_usd:.4f}" if run.cost_usd is not None else ""),
         f"• Cleanup: {run.cleanup.value} · Archive: {_archive(run, archive_at, now)}",
     ]

@@ -54,6 +54,7 @@ _TOO_LONG_WORDS = (
     "prompt is too long",  # Anthropic
     "input is too long",
     "input length exceeds",  # Ollama
+    "greater than the context length",  # LM Studio (n_keep >= n_ctx)
     "exceeds the maximum number of tokens",  # Gemini
     "too many tokens",
     "reduce the length",

@@ -62,7 +62,7 @@ def job_scope(
 
 
 def _model_called(deps: Deps, model: str, usage: Usage, ok: bool) -> None:
-    cost = estimate_cost(model, usage, deps.settings.prices) if usage.total else None
+    cost = estimate_cost(deps.settings, model, usage) if usage.total else None
     label = catalog.model_label(model, catalog.configured_models(deps.settings))
     record.write(deps, catalog.model_call(label, usage, cost, ok=ok))
 

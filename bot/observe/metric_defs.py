@@ -59,7 +59,7 @@ QUEUE_WAIT = Metric("fanbot_queue_wait_seconds", Kind.HISTOGRAM, "Time a job wai
 FIRST_TOKEN = Metric("fanbot_spawn_to_first_token_seconds", Kind.HISTOGRAM, "Time from a run's spawn to the first streamed token of its model.", ("type",))  # fmt: skip
 ANNOUNCE = Metric("fanbot_finish_to_announce_seconds", Kind.HISTOGRAM, "Time from a run's terminal transition to its announce accepted by the platform.", ("platform",))  # fmt: skip
 MODEL_CALLS = Metric("fanbot_model_calls", Kind.COUNTER, "Chat-completion calls.", ("model", "outcome"))  # fmt: skip
-MODEL_TOKENS = Metric("fanbot_model_tokens", Kind.COUNTER, "Tokens as the endpoint counted them.", ("model", "kind"))  # fmt: skip
+MODEL_TOKENS = Metric("fanbot_model_tokens", Kind.COUNTER, "Tokens as the endpoint counted them (kind: prompt, completion, and the cached and reasoning tokens inside them).", ("model", "kind"))  # fmt: skip
 MODEL_COST = Metric("fanbot_model_cost_usd", Kind.COUNTER, "Estimated USD (configured prices, else the genai-prices table).", ("model",))  # fmt: skip
 DELIVERED = Metric("fanbot_outbox_delivered", Kind.COUNTER, "Outbox messages the platform accepted.", ("platform", "kind"))  # fmt: skip
 RETRIES = Metric("fanbot_outbox_retries", Kind.COUNTER, "Failed sends that will be retried.", ("platform",))  # fmt: skip
@@ -150,6 +150,10 @@ def model_call(model: str, usage: Usage, cost: float | None, *, ok: bool) -> lis
         Count(MODEL_TOKENS.name, {"model": model, "kind": "prompt"}, usage.prompt_tokens),
         Count(MODEL_TOKENS.name, {"model": model, "kind": "completion"}, usage.completion_tokens),
     ]
+    # cached/reasoning are parts of prompt/completion: kind is one of four, never summed.
+    for kind, count in (("cached", usage.cached_tokens), ("reasoning", usage.reasoning_tokens)):
+        if count:
+            updates.append(Count(MODEL_TOKENS.name, {"model": model, "kind": kind}, count))
     if cost:
         updates.append(Count(MODEL_COST.name, {"model": model}, cost))
     return updates

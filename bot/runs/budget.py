@@ -135,7 +135,7 @@ def estimate(messages: Sequence[Any], tools: Sequence[Any], max_output: int | No
 
 
 def usd_of(settings: Settings, model: str, usage: Usage) -> float:
-    return estimate_cost(model, usage, settings.prices) or 0.0
+    return estimate_cost(settings, model, usage) or 0.0
 
 
 def usd_text(usd: float) -> str:

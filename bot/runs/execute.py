@@ -207,8 +207,7 @@ def _park(deps: Deps, record: RunRecord, meter: Meter, parked: RunParked) -> Non
         record.run_id,
         rounds=parked.rounds,
         result=parked.text,
-        prompt_tokens=meter.usage.prompt_tokens,
-        completion_tokens=meter.usage.completion_tokens,
+        **meter.usage.record_fields(),
         approval_id=parked.approval_id,
     )
     waiting = "waiting for approval" if parked.approval_id else "waiting for its subagents"
@@ -283,8 +282,7 @@ def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> Lo
             deps.runs.update(
                 run_id,
                 client=pipe,
-                prompt_tokens=meter.usage.prompt_tokens,
-                completion_tokens=meter.usage.completion_tokens,
+                **meter.usage.record_fields(),
             )
             pipe.execute()
 
@@ -307,8 +305,7 @@ def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> Lo
                     run_id,
                     client=pipe,
                     result=meter.last_text,
-                    prompt_tokens=meter.usage.prompt_tokens,
-                    completion_tokens=meter.usage.completion_tokens,
+                    **meter.usage.record_fields(),
                 )
                 deps.progress.put(step_event(record, meter, text), pipe=pipe)
             pipe.execute()

@@ -104,7 +104,10 @@ def end_run(
         record,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
-        cost_usd=estimate_cost(record.model, usage, deps.settings.prices),
+        cached_tokens=usage.cached_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        usage_estimated=usage.estimated,
+        cost_usd=estimate_cost(deps.settings, record.model, usage),
     )
     text = record.result if result is None else result
     quiet = status is RunStatus.SUCCESS and text.strip() == ANNOUNCE_SKIP
@@ -210,10 +213,7 @@ def _archive_at(deps: Deps, record: RunRecord, ended_at: float) -> float:
 
 
 def _usage_fields(record: RunRecord) -> dict[str, str | int | float]:
-    fields: dict[str, str | int | float] = {
-        "prompt_tokens": record.prompt_tokens,
-        "completion_tokens": record.completion_tokens,
-    }
+    fields: dict[str, str | int | float] = {**record.usage.record_fields()}
     if record.cost_usd is not None:
         fields["cost_usd"] = record.cost_usd
     return fields

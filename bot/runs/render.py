@@ -11,7 +11,10 @@ Template (stable; tests and users rely on it)::
     Notes: <errors, partial progress, warnings — omitted when empty>
     runtime 1m02s · tokens 3.1k (in 2.4k / out 0.7k) · est $0.0012 · session … · run id … · transcript …
 
-The status line comes from the runtime outcome, never from model text.
+The status line comes from the runtime outcome, never from model text. Token figures show
+cached and reasoning tokens when there are any (``in 2.4k, 2k cached / out 0.7k, 0.5k
+reasoning``) and begin with ``~`` when fanbot counted some of them because the server
+reported none (:func:`token_total`, :func:`token_split`; docs/models.md).
 
 Sizes are bounded whatever the run produced: the result is cut to ``max_result_chars`` and
 the notes to :data:`MAX_NOTES_CHARS` (each with a note), so with the default 20k one announce
@@ -29,7 +32,7 @@ from bot.runs.naming import icon, run_title
 from bot.text.clip import clip
 from bot.text.units import duration, tokens
 from bot.text.untrusted import untrusted
-from bot.types import ResultFormat, RunRecord, RunStatus
+from bot.types import ResultFormat, RunRecord, RunStatus, Usage
 
 ANNOUNCE_SKIP = "ANNOUNCE_SKIP"
 MAX_NOTES_CHARS = 2_000
@@ -48,13 +51,37 @@ def is_tool_message(message: Mapping[str, Any]) -> bool:
     return message.get("role") == "tool" or bool(message.get("tool_calls"))
 
 
+def token_total(usage: Usage) -> str:
+    """``3.1k``, or ``~3.1k`` when some of it was counted by fanbot (estimated)."""
+    return ("~" if usage.estimated else "") + tokens(usage.total)
+
+
+def token_split(usage: Usage) -> str:
+    """``in 2.4k / out 0.7k``, with ``, 2k cached`` and ``, 0.5k reasoning`` when non-zero."""
+    cached = f", {tokens(usage.cached_tokens)} cached" if usage.cached_tokens else ""
+    reasoning = f", {tokens(usage.reasoning_tokens)} reasoning" if usage.reasoning_tokens else ""
+    return (
+        f"in {tokens(usage.prompt_tokens)}{cached} / out {tokens(usage.completion_tokens)}"
+        f"{reasoning}"
+    )
+
+
+def token_extras(usage: Usage) -> str:
+    """`` (2k cached, 0.5k reasoning)``: the parts with tokens, or "" when neither has."""
+    parts = [
+        f"{tokens(n)} {what}"
+        for n, what in ((usage.cached_tokens, "cached"), (usage.reasoning_tokens, "reasoning"))
+        if n
+    ]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def stats_line(record: RunRecord, *, ended_at: float, transcript_ref: str) -> str:
     started = record.started_at or record.created_at
     usage = record.usage
     parts = [
         f"runtime {duration(ended_at - started)}",
-        f"tokens {tokens(usage.total)} (in {tokens(usage.prompt_tokens)}"
-        f" / out {tokens(usage.completion_tokens)})",
+        f"tokens {token_total(usage)} ({token_split(usage)})",
     ]
     if record.cost_usd is not None:
         parts.append(f"est ${record.cost_usd:.4f}")
@@ -138,7 +165,8 @@ def render_compact_card(record: RunRecord, *, status: RunStatus, ended_at: float
     continuation carries the result, so the card only says how the run ended."""
     verb = ENDED_VERBS.get(status, "ended")
     started = record.started_at or record.created_at
-    facts = [duration(ended_at - started), f"{tokens(record.usage.total)} tokens"]
+    usage = record.usage
+    facts = [duration(ended_at - started), f"{token_total(usage)} tokens{token_extras(usage)}"]
     if record.cost_usd is not None:
         facts.append(f"est ${record.cost_usd:.4f}")
     return f"{icon(status)} {run_title(record, kind='after')} {verb} · " + " · ".join(facts)

@@ -138,7 +138,7 @@ def stop_note(record: RunRecord, *, by: str, steps: int, now: float) -> str:
     if record.status is RunStatus.QUEUED or record.started_at is None:
         return f"stopped by {by} before it started"
     ran = units.duration(now - record.started_at)
-    tokens = units.tokens(record.usage.total)
+    tokens = ("~" if record.usage.estimated else "") + units.tokens(record.usage.total)
     progress = f"{steps} transcript message(s), {tokens} tokens so far"
     partial = "; the result is partial" if record.result.strip() else ""
     return f"stopped by {by} after {ran} ({progress}){partial}"

@@ -31,6 +31,8 @@ def _optional_int(value: str) -> int | None:
 def _decoder(hint: Any) -> Decoder:
     if hint is str:
         return str
+    if hint is bool:
+        return lambda v: v.strip().lower() in ("1", "true")
     if hint is int:
         return lambda v: int(v or 0)
     if hint is float:
@@ -56,6 +58,8 @@ _DECODERS: dict[str, Decoder] = {
 def _encode(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
     if isinstance(value, ThreadRef):
         return json.dumps(value.to_json())
     if isinstance(value, tuple):

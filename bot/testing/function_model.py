@@ -98,7 +98,8 @@ def _completion(reply: Text | ToolCalls, request: ChatRequest, index: int) -> Co
     return Completion(
         content=reply.content or "",
         tool_calls=calls,
-        usage=Usage(
+        usage=reply.usage  # the reply's own, whole (cached, reasoning, estimated)
+        or Usage(
             prompt_tokens=counted["prompt_tokens"], completion_tokens=counted["completion_tokens"]
         ),
         finish_reason="tool_calls" if calls else "stop",

@@ -1,8 +1,8 @@
 import pytest
 
-from bot.config import Price
+from bot.config import Price, Settings
 from bot.prices import estimate_cost
-from bot.runs.render import history_note, render_announce
+from bot.runs.render import history_note, render_announce, render_compact_card
 from bot.text.units import duration, tokens
 from bot.types import RunRecord, RunStatus, ThreadRef, Usage
 
@@ -45,8 +45,9 @@ def test_format_tokens(n: int, text: str) -> None:
 
 def test_cost_needs_a_price() -> None:
     usage = Usage(prompt_tokens=1_000_000, completion_tokens=500_000)
-    assert estimate_cost("m", usage, {"m": Price(input=1.0, output=4.0)}) == 3.0
-    assert estimate_cost("other", usage, {"m": Price(input=1.0, output=4.0)}) is None
+    settings = Settings(prices={"m": Price(input=1.0, output=4.0)})
+    assert estimate_cost(settings, "m", usage) == 3.0
+    assert estimate_cost(settings, "other", usage) is None
 
 
 def test_template_matches_the_design() -> None:
@@ -61,6 +62,18 @@ def test_template_matches_the_design() -> None:
         "runtime 1m02s · tokens 3.1k (in 2.4k / out 700) · est $0.0012 · session "
         "agent:main:subagent:abc · run id 01234567 · transcript fanbot:transcript:sid",
     ]
+
+
+def test_the_footer_shows_cached_reasoning_and_estimated_tokens_when_there_are_any() -> None:
+    rec = record(cached_tokens=2000, reasoning_tokens=500, usage_estimated=True)
+    text = render_announce(
+        rec, status=RunStatus.SUCCESS, result="ok", notes="", ended_at=162.0, transcript_ref="t"
+    )
+    assert "· tokens ~3.1k (in 2.4k, 2.0k cached / out 700, 500 reasoning) · est $0.0012" in text
+    card = render_compact_card(rec, status=RunStatus.SUCCESS, ended_at=162.0)
+    assert card.endswith("· 1m02s · ~3.1k tokens (2.0k cached, 500 reasoning) · est $0.0012")
+    plain = render_compact_card(record(), status=RunStatus.SUCCESS, ended_at=162.0)
+    assert plain.endswith("· 1m02s · 3.1k tokens · est $0.0012")
 
 
 @pytest.mark.parametrize(

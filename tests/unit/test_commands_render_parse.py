@@ -15,6 +15,7 @@ from bot.commands.answers import (
     render_info,
     render_list,
     render_log,
+    spend,
 )
 from bot.commands.parse import parse_command
 from bot.commands.registry import USAGE
@@ -206,6 +207,21 @@ def test_info_lists_every_field() -> None:
         "• Notes: stopped by alice",
     ):
         assert needle in text, needle
+
+
+def test_info_list_and_tree_show_cached_reasoning_and_estimated_tokens() -> None:
+    spent = run(
+        "a", RunStatus.SUCCESS, prompt_tokens=12_000, completion_tokens=400, cached_tokens=8_000,
+        reasoning_tokens=1_200, usage_estimated=True, cost_usd=0.0123,
+    )  # fmt: skip
+    text = render_info(spent, now=NOW, transcript_ref="t", archive_at=None)
+    assert "• Tokens: ~12.4k (in 12.0k, 8.0k cached / out 400, 1.2k reasoning)" in text
+    assert spend(spent) == "~12.4k tok $0.0123"
+    kid = run("b", RunStatus.SUCCESS, parent_run_id="a", prompt_tokens=100, depth=2)
+    assert render_family(spent, [spent, kid])[-1].endswith("· ~12.5k tokens · est $0.0123")
+    reported = dataclasses.replace(spent, usage_estimated=False, cached_tokens=0)
+    shown = render_info(reported, now=NOW, transcript_ref="t", archive_at=None)
+    assert "• Tokens: 12.4k (in 12.0k / out 400, 1.2k reasoning)" in shown
 
 
 def test_info_of_a_running_and_an_archived_run() -> None:

@@ -14,7 +14,7 @@ from bot.agent.completion import ChatModel, CompletionRequest
 from bot.agent.context import ToolContext
 from bot.agent.loop import run_loop
 from bot.agent.tools import Tool
-from bot.steps import Meter
+from bot.steps import LoopControl, Meter
 from bot.testing import Call, ChatRequest, FunctionModel, ScriptedModel, Text, ToolCalls
 from bot.types import ThreadRef, Usage
 
@@ -85,3 +85,21 @@ def test_known_models_and_what_it_cannot_answer() -> None:
     assert FunctionModel(lambda r: Text("x"), models=["a"]).known_models() == {"a"}
     with pytest.raises(TypeError, match="Text or ToolCalls"):
         FunctionModel(ScriptedModel()).complete(CompletionRequest(model="m", messages=[]))
+
+
+def test_the_meter_keeps_cached_reasoning_and_estimated_usage_and_the_card_marks_it() -> None:
+    reported = Usage(prompt_tokens=50, completion_tokens=10, cached_tokens=40, reasoning_tokens=6)
+    counted = Usage(prompt_tokens=70, completion_tokens=4, estimated=True)
+    script = (
+        ScriptedModel(default=Text("done", usage=reported))
+        .on(lambda r: r.last_role == "user", ToolCalls([Call("double", {"n": 2})], usage=counted))
+    )  # fmt: skip
+    shown: list[str] = []
+    meter = Meter()
+    run_loop(
+        model=FunctionModel(script), model_name="m", ctx=_ctx(), tools=[DOUBLE], max_steps=4,
+        messages=[{"role": "user", "content": "double 2"}], meter=meter,
+        control=LoopControl(progress=shown.append),
+    )  # fmt: skip
+    assert meter.usage == reported + counted and meter.usage.estimated
+    assert shown == ["step 1 · 🔧 double(2) · ~74 tokens"]  # counted by fanbot: marked

@@ -58,6 +58,10 @@ TOO_LONG = [
            "n_ctx": 8192}}),
     # Ollama
     (400, {"error": {"message": "input length exceeds the context length", "type": "api_error"}}),
+    # LM Studio: ``error`` is a string
+    (400, {"error": "The number of tokens to keep from the initial prompt is greater than the "
+           "context length (n_keep: 13055>= n_ctx: 4096). Try to load the model with a larger "
+           "context length, or provide a shorter input."}),
     # LiteLLM
     (400, {"error": {"message": "litellm.ContextWindowExceededError: litellm.BadRequestError: "
            "AnthropicException - prompt is too long", "type": None, "param": None,

@@ -148,6 +148,13 @@ def test_a_model_call_counts_tokens_and_cost_only_when_known() -> None:
     assert priced[-1] == Count("fanbot_model_cost_usd", {"model": "m"}, 0.5)
 
 
+def test_a_model_call_counts_cached_and_reasoning_tokens_when_there_are_any() -> None:
+    usage = Usage(prompt_tokens=10, completion_tokens=6, cached_tokens=8, reasoning_tokens=4)
+    counts = [u for u in catalog.model_call("m", usage, None, ok=True) if isinstance(u, Count)]
+    kinds = {u.labels.get("kind"): u.amount for u in counts if "kind" in u.labels}
+    assert kinds == {"prompt": 10, "completion": 6, "cached": 8, "reasoning": 4}
+
+
 def test_only_an_announce_has_a_finish_to_announce_latency() -> None:
     assert len(catalog.delivered("slack", "reply", since_written=None)) == 1
     announce = catalog.delivered("slack", "announce", since_written=-1.0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import OpsSettings, Price, load_settings
+from bot.config import OpsSettings, Price, Settings, load_settings
 from bot.errors import ConfigError
 from bot.gateway.ops.snapshot import PageSnapshot
 from bot.gateway.ops.templates import render_error, render_login, render_page
@@ -20,6 +20,7 @@ from bot.types import RunRecord, RunStatus, ThreadRef
 
 NOW = 1_800_000_000.0
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+NO_PRICES = Settings()
 
 
 def record(
@@ -59,7 +60,7 @@ def snapshot(*runs: RunRecord, **kw: object) -> PageSnapshot:
 
 
 def html_of(snap: PageSnapshot, *, csrf: str = "tok") -> str:
-    page = build_page(snap, prices={})
+    page = build_page(snap, settings=NO_PRICES)
     return render_page(
         page, role="admin", csrf=csrf, generated="now", refresh=15, flash="", nonce="n"
     )
@@ -71,7 +72,7 @@ def test_top_level_runs_are_grouped_by_thread_and_nested_runs_hang_under_their_p
     grandchild = record("g1", session=child.child_session_key, created_at=NOW - 40)
     other = record("o1", session="agent:main:telegram:-100:topic:7", created_at=NOW - 10)
     runs = (parent, child, grandchild, other)
-    rows = {r.run_id: run_row(r, now=NOW, prices={}, position=None) for r in runs}
+    rows = {r.run_id: run_row(r, now=NOW, settings=NO_PRICES, position=None) for r in runs}
     groups = group_runs(runs, rows)
     assert [g.session_key for g in groups] == [other.session_key, parent.session_key]
     [tree] = groups[1].nodes
@@ -83,7 +84,7 @@ def test_top_level_runs_are_grouped_by_thread_and_nested_runs_hang_under_their_p
 def test_groups_with_live_runs_come_first() -> None:
     ended = record("e1", status=RunStatus.SUCCESS, created_at=NOW - 5, ended_at=NOW - 1)
     live = record("l1", session="agent:main:slack:C2", created_at=NOW - 100)
-    rows = {r.run_id: run_row(r, now=NOW, prices={}, position=None) for r in (ended, live)}
+    rows = {r.run_id: run_row(r, now=NOW, settings=NO_PRICES, position=None) for r in (ended, live)}
     assert [g.nodes[0].row.run_id for g in group_runs((ended, live), rows)] == ["l1", "e1"]
 
 
@@ -96,14 +97,29 @@ def test_a_queued_run_shows_its_place_in_line_and_a_live_run_its_estimated_cost(
         prompt_tokens=2000,
         completion_tokens=500,
     )
-    prices = {"gpt-x": Price(input=1.0, output=2.0)}
-    page = build_page(snapshot(queued, running, line=("x", "q1")), prices=prices)
+    priced = Settings(prices={"gpt-x": Price(input=1.0, output=2.0)})
+    page = build_page(snapshot(queued, running, line=("x", "q1")), settings=priced)
     rows = {n.row.run_id: n.row for g in page.groups for n in g.nodes}
     assert rows["q1"].position == 2 and rows["q1"].status == "queued"
     assert rows["r1"].position is None
     assert rows["r1"].cost == "$0.0030" and rows["r1"].runtime == "30s"
     assert rows["r1"].tokens == "2.5k (in 2.0k / out 500)"
     assert (page.running, page.queued) == (1, 1)
+
+
+def test_a_row_shows_cached_reasoning_and_estimated_tokens() -> None:
+    run = record(
+        "r1",
+        status=RunStatus.RUNNING,
+        started_at=NOW - 30,
+        prompt_tokens=2000,
+        completion_tokens=500,
+        cached_tokens=1500,
+        reasoning_tokens=200,
+        usage_estimated=True,
+    )
+    row = run_row(run, now=NOW, settings=NO_PRICES, position=None)
+    assert row.tokens == "~2.5k (in 2.0k, 1.5k cached / out 500, 200 reasoning)"
 
 
 def test_every_shown_value_is_escaped() -> None:
@@ -130,7 +146,7 @@ def test_every_shown_value_is_escaped() -> None:
     assert "<script>" not in html and "<img" not in html
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html
     flash = render_page(
-        build_page(snapshot(), prices={}),
+        build_page(snapshot(), settings=NO_PRICES),
         role=EVIL,
         csrf=EVIL,
         generated=EVIL,
@@ -189,7 +205,7 @@ def test_a_dead_letter_row_reads_its_outbound_message() -> None:
 
 
 def test_the_page_refreshes_itself_only_when_asked() -> None:
-    snap = build_page(snapshot(), prices={})
+    snap = build_page(snapshot(), settings=NO_PRICES)
     on = render_page(snap, role="viewer", csrf="", generated="", refresh=15, flash="", nonce="n")
     off = render_page(snap, role="viewer", csrf="", generated="", refresh=0, flash="", nonce="n")
     assert 'http-equiv="refresh" content="15; url=ops"' in on
@@ -234,8 +250,8 @@ def test_ops_is_off_without_a_token_and_tokens_are_secrets(
 def test_a_resumed_run_shows_how_often_it_went_on_after_a_lost_worker() -> None:
     plain = record("a1", status=RunStatus.RUNNING, started_at=NOW - 30)
     resumed = record("b2", status=RunStatus.RUNNING, started_at=NOW - 30, attempt=3)
-    assert build_page(snapshot(plain, resumed), prices={}).resumed == 1
-    assert run_row(resumed, now=NOW, prices={}, position=None).resumes == 2
-    assert run_row(plain, now=NOW, prices={}, position=None).resumes == 0
+    assert build_page(snapshot(plain, resumed), settings=NO_PRICES).resumed == 1
+    assert run_row(resumed, now=NOW, settings=NO_PRICES, position=None).resumes == 2
+    assert run_row(plain, now=NOW, settings=NO_PRICES, position=None).resumes == 0
     html = html_of(snapshot(plain, resumed))
     assert "↻ 2×" in html and "1 resumed after a lost worker" in html

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.store.runs import decode_record, encode_record
-from bot.types import Cleanup, Outbound, OutboundKind, RunRecord, RunStatus, ThreadRef
+from bot.types import Cleanup, Outbound, OutboundKind, RunRecord, RunStatus, ThreadRef, Usage
 
 ids = st.text(min_size=1, max_size=20)
 threads = st.builds(
@@ -59,6 +59,9 @@ records = st.builds(
     job_id=st.text(max_size=40),
     warnings=st.lists(st.text(max_size=30), max_size=3).map(tuple),
     archived_at=st.none() | floats,
+    cached_tokens=st.integers(min_value=0, max_value=10**9),
+    reasoning_tokens=st.integers(min_value=0, max_value=10**9),
+    usage_estimated=st.booleans(),
 )
 
 
@@ -87,3 +90,32 @@ def test_run_record_round_trips_through_its_hash_codec(record: RunRecord) -> Non
     as_redis_returns = {k.encode(): v.encode() for k, v in encoded.items()}
     assert decode_record(encoded) == record
     assert decode_record(as_redis_returns) == record
+
+
+def test_a_record_stored_before_cached_and_reasoning_tokens_reads_with_none() -> None:
+    record = RunRecord(
+        run_id="r", seq=1, session_key="s", child_session_key="c", session_id="i",
+        thread=ThreadRef(platform="console", account="a", chat="c"), requester="u",
+        agent_id="main", subagent_type="t", task="x", model="m",
+        prompt_tokens=10, completion_tokens=5,
+    )  # fmt: skip
+    old = {
+        k: v
+        for k, v in encode_record(record).items()
+        if k not in {"cached_tokens", "reasoning_tokens", "usage_estimated"}
+    }
+    assert decode_record(old).usage == Usage(prompt_tokens=10, completion_tokens=5)
+
+
+def test_the_estimated_mark_is_stored_as_the_usage_fields_write_it() -> None:
+    usage = Usage(prompt_tokens=3, completion_tokens=2, cached_tokens=1, estimated=True)
+    stored = {k: str(v) for k, v in usage.record_fields().items()}
+    record = RunRecord(
+        run_id="r", seq=1, session_key="s", child_session_key="c", session_id="i",
+        thread=ThreadRef(platform="console", account="a", chat="c"), requester="u",
+        agent_id="main", subagent_type="t", task="x", model="m",
+    )  # fmt: skip
+    base = encode_record(record)
+    assert decode_record(base | stored).usage == usage
+    assert decode_record(base | {"usage_estimated": "True"}).usage_estimated
+    assert not decode_record(base | {"usage_estimated": "0"}).usage_estimated

@@ -24,4 +24,4 @@ def ops_routes(settings: Settings, deps: Deps) -> list[web.RouteDef]:
     """The page's routes; ``[]`` when ``FANBOT_OPS__TOKEN`` is unset (the page is off)."""
     if not settings.ops.enabled:
         return []
-    return OpsPage(settings=settings.ops, deps=deps, prices=settings.prices).routes()
+    return OpsPage(settings=settings.ops, deps=deps).routes()

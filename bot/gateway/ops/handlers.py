@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from bot.config import OpsSettings, Price
+from bot.config import OpsSettings
 from bot.deps import Deps
 from bot.gateway.ops import auth
 from bot.gateway.ops.snapshot import replay, take
@@ -39,10 +39,9 @@ class OpsPage:
     Args:
         settings: The ``ops`` section (its ``token`` must be set).
         deps: The gateway's stores (sync; used from a thread).
-        prices: Configured model prices, for the cost of runs still going.
     """
 
-    def __init__(self, *, settings: OpsSettings, deps: Deps, prices: dict[str, Price]) -> None:
+    def __init__(self, *, settings: OpsSettings, deps: Deps) -> None:
         assert settings.token is not None, "the ops page is off without a token"
         admin = settings.admin_token
         self.tokens = auth.Tokens(
@@ -50,7 +49,6 @@ class OpsPage:
         )
         self.settings = settings
         self.deps = deps
-        self.prices = prices
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -92,7 +90,7 @@ class OpsPage:
         """Read and render the page (in a thread: the reads block, the render takes a while)."""
         snapshot = take(self.deps, recent_seconds=self.settings.recent_minutes * 60)
         return render_page(
-            build_page(snapshot, prices=self.prices),
+            build_page(snapshot, settings=self.deps.settings),
             role=session.role.value,
             csrf=auth.csrf_token(self.tokens, session),
             generated=utc_stamp(snapshot.now, zone=False),

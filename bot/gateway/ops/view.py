@@ -12,13 +12,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from bot.config import Price
+from bot.config import Settings
 from bot.gateway.ops.snapshot import PageSnapshot
 from bot.prices import estimate_cost
 from bot.runs.naming import run_title
+from bot.runs.render import token_split, token_total
 from bot.store.dead_letters import DeadLetter
 from bot.store.jobs import QueueOverview, WorkerInfo
-from bot.text.units import ago, duration, tokens
+from bot.text.units import ago, duration
 from bot.types import RunRecord, RunStatus
 
 PREVIEW_CHARS = 160
@@ -90,12 +91,12 @@ class Page:
     """Runs shown that went on after their worker was lost."""
 
 
-def build_page(snapshot: PageSnapshot, *, prices: Mapping[str, Price]) -> Page:
+def build_page(snapshot: PageSnapshot, *, settings: Settings) -> Page:
     """Every section of the page from one snapshot."""
     now = snapshot.now
     line = {job_id: i + 1 for i, job_id in enumerate(snapshot.line)}
     rows = {
-        r.run_id: run_row(r, now=now, prices=prices, position=line.get(r.job_id))
+        r.run_id: run_row(r, now=now, settings=settings, position=line.get(r.job_id))
         for r in snapshot.runs
     }
     by_run = {r.run_id: r for r in snapshot.runs}
@@ -111,13 +112,11 @@ def build_page(snapshot: PageSnapshot, *, prices: Mapping[str, Price]) -> Page:
     )
 
 
-def run_row(
-    record: RunRecord, *, now: float, prices: Mapping[str, Price], position: int | None
-) -> RunRow:
+def run_row(record: RunRecord, *, now: float, settings: Settings, position: int | None) -> RunRow:
     usage = record.usage
     cost = record.cost_usd
     if cost is None and usage.total:
-        cost = estimate_cost(record.model, usage, prices)
+        cost = estimate_cost(settings, record.model, usage)
     started = record.started_at
     ended = record.ended_at if record.status.terminal else None
     return RunRow(
@@ -128,10 +127,7 @@ def run_row(
         age=duration(now - record.created_at),
         runtime=duration((ended or now) - started) if started else "–",
         model=record.model,
-        tokens=(
-            f"{tokens(usage.total)} (in {tokens(usage.prompt_tokens)}"
-            f" / out {tokens(usage.completion_tokens)})"
-        ),
+        tokens=f"{token_total(usage)} ({token_split(usage)})",
         cost="–" if cost is None else f"${cost:.4f}",
         position=position if record.status is RunStatus.QUEUED else None,
         resumes=record.resumes,

@@ -21,8 +21,7 @@ import email.utils
 import random
 import socket
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx2
@@ -30,15 +29,15 @@ import openai
 
 from bot.config import OpenAISettings
 from bot.models.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
+from bot.models.dialect import Dialect, Learned, dialect_for, refused_parameter
+from bot.models.errors import ModelRateLimited
+from bot.models.stream import read_stream
 from bot.observe.scope import model_call as observe_model_call
 from bot.runs.budget import estimate
 from bot.store.model_limits import ModelLimits, endpoint_id
 from bot.supervise import abort
-from bot.text.clip import cut_note
-from bot.types import Usage
 
 OFFLINE_BASE_URL_HINT = "no model endpoint configured"
-MAX_NAME_CHARS = 256  # a tool name; real ones are short, a runaway one is cut
 WAITING_FOR_RATE_LIMIT = "waiting for the model's rate limit"
 """What a call waiting for room in the endpoint's window tells ``on_wait`` (and so the card)."""
 MAX_NAP = 5.0
@@ -53,8 +52,15 @@ RETRIED_STATUSES = frozenset({408, 409, 429})
 """Statuses retried (with every 5xx), as the SDK retries them."""
 
 
-class ModelRateLimited(openai.APIError):
-    """The endpoint's shared window (or a 429's pause) leaves no room before the deadline."""
+class _ApiKeyHeaderClient(openai.OpenAI):
+    """The SDK's client sending its key in an ``api-key`` header instead of a bearer token
+    (Azure; docs/models.md "Server kinds and their dialects"), on every request it makes."""
+
+    def _auth_headers(self, security: Any) -> dict[str, str]:
+        return {"api-key": self.api_key}
+
+    def _validate_headers(self, headers: Any, custom_headers: Any) -> None:
+        return None
 
 
 def _cutter(stream: Any) -> Callable[[], None]:
@@ -107,8 +113,11 @@ class OpenAIChatModel:
     def __init__(self, *, settings: OpenAISettings, limits: ModelLimits | None = None) -> None:
         self.settings = settings
         self.limits = limits
+        self.dialect: Dialect = dialect_for(settings.kind, settings.base_url)
+        self.learned = Learned()  # what this endpoint refused (docs/models.md)
         key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
-        self.client = openai.OpenAI(
+        client_class = _ApiKeyHeaderClient if self.dialect.key_header else openai.OpenAI
+        self.client = client_class(
             base_url=settings.base_url,
             api_key=key,
             max_retries=settings.max_retries,
@@ -131,7 +140,7 @@ class OpenAIChatModel:
         request timeout, never under a second; ``budget`` (seconds left before the run's
         deadline) bounds the SDK's retries to the attempts that still fit in it.
         """
-        model, timeout, thinking = request.model, request.timeout, request.thinking
+        model, timeout = request.model, request.timeout
         attempt = self.settings.request_timeout
         if timeout is not None:
             attempt = max(1.0, min(attempt, timeout))
@@ -142,28 +151,26 @@ class OpenAIChatModel:
         body: dict[str, Any] = {"messages": list(request.messages)}
         if request.tools:
             body["tools"] = list(request.tools)
-        kwargs: dict[str, Any] = {
+        base: dict[str, Any] = {
             "model": model,
             "messages": [],
             "stream": True,
-            "stream_options": {"include_usage": True},
             "timeout": attempt,
             "extra_body": body,
         }
-        if thinking and thinking != "off":
-            kwargs["reasoning_effort"] = thinking
-        if self.settings.max_output_tokens:
-            kwargs["max_completion_tokens"] = self.settings.max_output_tokens
-        client = self.client
-        retries = retries_within(request.budget, kwargs["timeout"], self.settings.max_retries)
-        if retries != self.settings.max_retries and self.limits is None:
-            client = client.with_options(max_retries=retries)
+        retries = retries_within(request.budget, attempt, self.settings.max_retries)
         with observe_model_call(model) as call:  # a span, tokens and cost for the metrics
             abort.check()
-            if self.limits is None:
-                stream, grant = client.chat.completions.create(**kwargs), ""
-            else:
-                stream, grant = self._limited_create(self.limits, kwargs, request, retries)
+            try:
+                stream, grant = self._create(base, request, retries)
+            except openai.APIStatusError as exc:
+                # A 400 naming a parameter the server refuses: learn it, ask once more.
+                refused = refused_parameter(
+                    exc.status_code, exc.body, exc.message, set(self._shape(request))
+                )
+                if refused is None or not self.learned.learn(refused):
+                    raise
+                stream, grant = self._create(base, request, retries)
             try:
                 with abort.closing(_cutter(stream)):  # a stop cuts the response mid-stream
                     completion = fold_stream(
@@ -171,6 +178,9 @@ class OpenAIChatModel:
                         request.on_text,
                         limit=self.settings.max_reply_chars,
                         on_chunk=request.on_chunk,
+                        messages=request.messages,
+                        tools=request.tools,
+                        model=model,
                     )
             except Exception as exc:
                 if abort.aborted():
@@ -180,6 +190,30 @@ class OpenAIChatModel:
             if self.limits is not None:
                 self.limits.settle(self._endpoint, grant, tokens=completion.usage.total)
         return completion
+
+    def _shape(self, request: CompletionRequest) -> dict[str, Any]:
+        """The request's optional parameters, as this endpoint's dialect sends them."""
+        return self.dialect.shape(
+            model=request.model,
+            max_output_tokens=self.settings.max_output_tokens,
+            thinking=request.thinking,
+            has_tools=bool(request.tools),
+            learned=self.learned,
+        )
+
+    def _create(
+        self, base: dict[str, Any], request: CompletionRequest, retries: int
+    ) -> tuple[Any, str]:
+        """Send the request (shaped now: what was learned counts); the stream and its grant."""
+        # All in the body as they are: some are not the SDK's typed parameters (OpenRouter's
+        # ``reasoning``), and the typed ones would be sent the same.
+        kwargs = base | {"extra_body": base["extra_body"] | self._shape(request)}
+        if self.limits is not None:
+            return self._limited_create(self.limits, kwargs, request, retries)
+        client = self.client
+        if retries != self.settings.max_retries:
+            client = client.with_options(max_retries=retries)
+        return client.chat.completions.create(**kwargs), ""
 
     @property
     def _endpoint(self) -> str:
@@ -309,96 +343,38 @@ def retry_after(headers: httpx2.Headers) -> float | None:
     return float(min(seconds, MAX_PAUSE))
 
 
-@dataclass(kw_only=True)
-class _Capped:
-    """Pieces of a streamed string, kept up to ``limit`` characters; the rest only counted."""
-
-    limit: int
-    parts: list[str] = field(default_factory=list)
-    kept: int = 0
-    seen: int = 0
-
-    def add(self, piece: str) -> None:
-        self.seen += len(piece)
-        room = self.limit - self.kept
-        if room > 0:
-            piece = piece[:room]
-            self.parts.append(piece)
-            self.kept += len(piece)
-
-    @property
-    def cut(self) -> int:
-        return self.seen - self.kept
-
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
-@dataclass(kw_only=True)
-class _CallSlot:
-    id: str = ""
-    name: str = ""
-    arguments: _Capped
-
-
 def fold_stream(
     stream: Any,
     on_text: Callable[[int], None] | None = None,
     *,
     limit: int,
     on_chunk: Callable[[], None] | None = None,
+    messages: Sequence[dict[str, Any]] = (),
+    tools: Sequence[dict[str, Any]] = (),
+    model: str = "",
 ) -> Completion:
-    """Fold chat-completion chunks into one :class:`Completion`, keeping at most ``limit``
-    characters of text and of each call's arguments (``on_text`` gets the running count;
-    ``on_chunk`` is called for every chunk)."""
-    text = _Capped(limit=limit)
-    calls: dict[int, _CallSlot] = {}
-    usage = Usage()
-    finish = ""
-    with stream:
-        for chunk in stream:
-            if on_chunk:
-                on_chunk()
-            if chunk.usage is not None:
-                usage = Usage(
-                    prompt_tokens=chunk.usage.prompt_tokens or 0,
-                    completion_tokens=chunk.usage.completion_tokens or 0,
-                )
-            for choice in chunk.choices:
-                finish = choice.finish_reason or finish
-                delta = choice.delta
-                if delta.content:
-                    text.add(delta.content)
-                    if on_text:
-                        on_text(text.seen)
-                for tc in delta.tool_calls or ():
-                    slot = calls.setdefault(tc.index, _CallSlot(arguments=_Capped(limit=limit)))
-                    slot.id = tc.id or slot.id
-                    if tc.function is not None:
-                        slot.name = (slot.name + (tc.function.name or ""))[:MAX_NAME_CHARS]
-                        slot.arguments.add(tc.function.arguments or "")
-    return _completion(text, calls, usage, finish)
-
-
-def _completion(
-    text: _Capped, calls: dict[int, _CallSlot], usage: Usage, finish: str
-) -> Completion:
-    tool_calls = tuple(
-        ToolCallRequest(
-            id=c.id or f"call_{i}",
-            name=c.name,
-            arguments=c.arguments.text(),
-            cut_chars=c.arguments.cut,
-        )
-        for i, c in sorted(calls.items())
+    """Fold chat-completion chunks into one :class:`Completion` (:func:`bot.models.stream.
+    read_stream`: any server's shapes), keeping at most ``limit`` characters of text and of
+    each call's arguments (``on_text`` gets the running count; ``on_chunk`` is called for
+    every chunk); ``messages``/``tools``/``model`` count the usage a stream lacks."""
+    read = read_stream(
+        stream,
+        on_text,
+        limit=limit,
+        on_chunk=on_chunk,
+        messages=messages,
+        tools=tools,
+        model=model,
     )
-    content = text.text()
-    if text.cut:
-        content += "\n" + cut_note(text.cut)
+    calls = tuple(
+        ToolCallRequest(id=c.id, name=c.name, arguments=c.arguments, cut_chars=c.cut_chars)
+        for c in read.tool_calls
+    )
     return Completion(
-        content=content,
-        tool_calls=tool_calls,
-        usage=usage,
-        finish_reason=finish,
-        cut_chars=text.cut + sum(c.arguments.cut for c in calls.values()),
+        content=read.content,
+        tool_calls=calls,
+        usage=read.usage,
+        finish_reason=read.finish_reason,
+        cut_chars=read.cut_chars,
+        reasoning=read.reasoning,
     )

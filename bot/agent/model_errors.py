@@ -2,8 +2,8 @@
 
 One pure function, :func:`model_error_text`, used by the main agent's turn (its reply) and
 by a subagent run (its announce notes) and by ``fanbot doctor``: a bad key, an unreachable
-endpoint, an unknown model or rate limiting each get a short, specific sentence instead of
-the SDK's exception name.
+endpoint, an unknown model, rate limiting, a conversation too long for the model's window or
+an overloaded server each get a short, specific sentence instead of the SDK's exception name.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import openai
 from bot.agent.llm import ModelRateLimited
 from bot.agent.router import failed_at
 from bot.config_check import public_url
+from bot.models.errors import Failure, failure_kind
 
 MAX_WORDS = 200
 """An endpoint's own words are cut to this many characters."""
@@ -57,6 +58,14 @@ def _meaning(exc: openai.APIError, where: str, model: str) -> str | None:
         return "the model endpoint refused the API key"
     if isinstance(exc, openai.NotFoundError):
         return _not_found(exc, where, model)
+    if isinstance(exc, openai.APIStatusError):
+        kind = failure_kind(exc)
+        if kind is Failure.CONTEXT_TOO_LONG:
+            return f"the conversation is too long for the context window of model {model!r}"
+        if kind is Failure.OVERLOADED:
+            return f"the model endpoint at {where} is overloaded; try again in a minute"
+        if exc.status_code == 402:
+            return "the model endpoint says the account has no credits left"
     if isinstance(exc, openai.RateLimitError):
         if exc.code == "insufficient_quota":
             return "the model endpoint says the account has no quota left"

@@ -114,6 +114,9 @@ class Keys:
     def history(self, session_key: str) -> str:
         return f"{self.prefix}session:{session_key}:history"
 
+    def session_summary(self, session_key: str) -> str:
+        return f"{self.prefix}session:{session_key}:summary"
+
     def turn_stop(self, session_key: str) -> str:
         return f"{self.prefix}session:{session_key}:turn_stop"
 

@@ -40,7 +40,8 @@ def _record(deps: Deps, run_id: str) -> RunRecord:
 
 
 def ttls(deps: Deps) -> dict[str, int]:
-    return {k.rsplit(":", 1)[-1]: int(deps.redis.ttl(k)) for k in session_keys(deps.keys, SESSION)}
+    found = {k.rsplit(":", 1)[-1]: int(deps.redis.ttl(k)) for k in session_keys(deps.keys, SESSION)}
+    return {name: ttl for name, ttl in found.items() if ttl != -2}  # -2: no such key
 
 
 def test_the_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,163 @@
+"""Threads that outgrow the window (docs/models.md): real Redis, the real turn function, the
+real ``openai`` SDK against :class:`FakeOpenAI` with a small context window.
+
+A 300-turn thread against an 8k-token window keeps answering: older turns are compacted
+into a summary kept in the session (``/context`` shows it), and the fake never sees a
+request over its window. A window smaller than fanbot believes gets a "context too long"
+answer, which is compacted and retried, never a failed turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bot.agent.llm import OpenAIChatModel
+from bot.agent.turn import execute_turn
+from bot.commands import default_router
+from bot.commands.parse import parse_command
+from bot.commands.router import CommandRequest
+from bot.config import Settings
+from bot.deps import Deps
+from bot.models.window import SUMMARY_INSTRUCTION
+from bot.store.jobs import TurnJob
+from bot.testing.fake_openai import FakeOpenAI
+from bot.testing.scripted import ChatRequest, Reply, ScriptedModel, Text
+from bot.types import Inbound, Sender, ThreadRef
+
+SESSION = "agent:main:console:c:thread:t"
+THREAD = {"platform": "console", "account": "a", "chat": "c", "thread": "t"}
+SUMMARY_START = SUMMARY_INSTRUCTION.split(".")[0]
+WORDS = "The quick brown fox jumps over the lazy dog while the team plans the release. "
+
+
+def summarize(request: ChatRequest) -> Reply:
+    """The summarizing call: a short summary that names how much it read."""
+    material = str(request.messages[-1].get("content") or "")
+    return Text(f"Summary of {len(material)} characters: the team talked about the release.")
+
+
+def answer(request: ChatRequest) -> Reply:
+    last = str(request.messages[-1].get("content") or "")
+    return Text(f"Noted ({len(last)} characters). " + WORDS * 3)
+
+
+def script() -> ScriptedModel:
+    return (
+        ScriptedModel(default=None)
+        .on(lambda r: SUMMARY_START in str(r.messages[0].get("content") or ""), summarize)
+        .on(lambda r: True, answer)
+    )
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(script(), context_window=8_000) as server:
+        yield server
+
+
+def deps_for(redis_url: str, base_url: str, *, window: int) -> Deps:
+    settings = Settings(
+        redis_url=redis_url,
+        openai={  # type: ignore[arg-type]
+            "base_url": base_url,
+            "model": "fake-model",
+            "max_retries": 0,
+            "context_window": window,
+        },
+        subagents={"announce": "cards"},  # type: ignore[arg-type]
+    )
+    return Deps.build(settings)
+
+
+def turn(i: int, text: str) -> TurnJob:
+    return TurnJob(
+        session_key=SESSION, thread=THREAD, platform="console", sender_id="alice",
+        sender_name="Alice", text=text, message_id=f"m{i}",
+    )  # fmt: skip
+
+
+def context_answer(deps: Deps) -> str:
+    inbound = Inbound(
+        thread=ThreadRef(**THREAD), sender=Sender(user_id="alice", display_name="Alice"),
+        text="/context", message_id="ctx-1",
+    )  # fmt: skip
+    command = parse_command("/context")
+    assert command is not None
+    return default_router().dispatch(
+        CommandRequest(command=command, inbound=inbound, session_key=SESSION, deps=deps)
+    )
+
+
+def refused_then_retried(fake: FakeOpenAI) -> bool:
+    """Every request the fake refused as too long was followed by one it answered."""
+    records = fake.requests
+    for i, record in enumerate(records):
+        if record.status == 400 and (i + 1 >= len(records) or records[i + 1].status != 200):
+            return False
+    return True
+
+
+def test_a_300_turn_thread_keeps_answering_in_an_8k_window(
+    redis_url: str, fake: FakeOpenAI
+) -> None:
+    deps = deps_for(redis_url, fake.base_url, window=8_000)
+    model = OpenAIChatModel(settings=deps.settings.openai)
+    try:
+        for i in range(300):
+            text = f"Turn {i}: " + WORDS * (2 + i % 5)
+            reply = execute_turn(deps, model, turn(i, text))
+            assert reply.startswith("Noted ("), (i, reply)
+    finally:
+        model.close()
+    summaries = [r for r in fake.requests if SUMMARY_START in _system(r.body)]
+    assert len(summaries) >= 3  # compacted again and again as the thread grew
+    assert fake.too_long == 0  # never sent a request over the window
+    assert max(fake.prompt_tokens(r) for r in fake.requests) <= 8_000
+    summary = deps.summaries.get(SESSION)
+    assert summary is not None and summary.text.startswith("Summary of")
+    assert summary.covered > 100  # most of the thread lives in the summary now
+    assert len(deps.history.load(SESSION)) < 60  # the history it covers is gone
+    shown = context_answer(deps)
+    assert "8,000" in shown and "Summary of" in shown, shown
+    # the next turn starts from the summary and the recent history
+    last = fake.requests[-1].body["messages"]
+    assert "Summary of" in last[0]["content"]
+    assert last[-1]["content"].startswith("Alice: Turn 299:")
+
+
+def test_a_window_smaller_than_believed_is_compacted_and_retried(redis_url: str) -> None:
+    with FakeOpenAI(script(), context_window=5_000) as fake:
+        deps = deps_for(redis_url, fake.base_url, window=32_000)  # fanbot believes 32k
+        model = OpenAIChatModel(settings=deps.settings.openai)
+        try:
+            for i in range(40):
+                reply = execute_turn(deps, model, turn(i, f"Turn {i}: " + WORDS * 6))
+                assert reply.startswith("Noted ("), (i, reply)
+        finally:
+            model.close()
+        assert fake.too_long >= 1  # the server said so
+        assert refused_then_retried(fake)
+        summary = deps.summaries.get(SESSION)
+        assert summary is not None and summary.covered > 0
+
+
+def test_a_thread_that_cannot_fit_is_answered_plainly(redis_url: str) -> None:
+    """Even the latest message alone is over the window: a plain answer, no failure."""
+    with FakeOpenAI(script(), context_window=300) as fake:
+        deps = deps_for(redis_url, fake.base_url, window=32_000)
+        model = OpenAIChatModel(settings=deps.settings.openai)
+        try:
+            reply = execute_turn(deps, model, turn(0, WORDS * 40))
+        finally:
+            model.close()
+        assert "too long for the model" in reply
+        # refused; nothing left to compact or trim would fit: said at once or after a retry
+        assert 1 <= fake.too_long <= 3
+
+
+def _system(body: dict[str, Any]) -> str:
+    messages = body.get("messages") or [{}]
+    return str(messages[0].get("content") or "")

@@ -25,7 +25,7 @@ from bot.models.window import SUMMARY_INSTRUCTION
 from bot.store.jobs import TurnJob
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.scripted import ChatRequest, Reply, ScriptedModel, Text
-from bot.types import Inbound, Sender, ThreadRef
+from bot.types import Inbound, RunStatus, Sender, ThreadRef
 
 SESSION = "agent:main:console:c:thread:t"
 THREAD = {"platform": "console", "account": "a", "chat": "c", "thread": "t"}
@@ -161,3 +161,44 @@ def test_a_thread_that_cannot_fit_is_answered_plainly(redis_url: str) -> None:
 def _system(body: dict[str, Any]) -> str:
     messages = body.get("messages") or [{}]
     return str(messages[0].get("content") or "")
+
+
+def test_a_fan_in_over_20_long_results_fits_the_window_without_cutting_a_sentence(
+    redis_url: str,
+) -> None:
+    from bot.models.tokens import count_messages
+    from bot.models.window import window_for
+    from bot.runs.finalize import finalize_run
+    from bot.runs.join import continuation_prompt, open_join, plan_join
+    from tests.integration.test_finalize import deps_for as bare_deps
+    from tests.integration.test_finalize import make_run
+
+    deps = bare_deps(
+        redis_url,
+        openai={
+            "base_url": "http://127.0.0.1:9/v1",
+            "model": "fake-model",
+            "context_window": 8_000,
+        },
+    )
+    plan = plan_join(deps.settings, turn(0, "compare them"))
+    assert plan is not None and open_join(deps, plan)
+    sentence = "Result {i} found that the release note number {n} reads well. "
+    for i in range(1, 21):
+        make_run(deps, f"r{i}", seq=i, label=f"L{i}", join_id=plan.join_id)
+        result = "".join(sentence.format(i=i, n=n) for n in range(200))  # ~12k characters
+        finalize_run(deps, f"r{i}", status=RunStatus.SUCCESS, result=result)
+    join = deps.joins.get(plan.join_id)
+    assert join is not None
+    prompt = continuation_prompt(deps, join, history=[])  # no history note holds them
+    win = window_for(deps.settings, "fake-model")
+    assert win is not None
+    used = count_messages([{"role": "user", "content": prompt}], model="fake-model")
+    assert used <= win.room * 0.35  # its share of the window, with the statuses
+    for i in range(1, 21):
+        assert f"Result {i} found that the release note number 0 reads well." in prompt
+    # each result ends at a sentence end: every kept sentence is whole
+    for line in prompt.splitlines():
+        if line.startswith("Result "):
+            body = line.removesuffix(" …")
+            assert body.endswith("reads well."), line

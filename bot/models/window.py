@@ -145,7 +145,7 @@ def with_summary(messages: list[Message], summary: str) -> list[Message]:
     if messages and messages[0].get("role") == "system":
         prompt, _ = split_summary(str(messages[0].get("content") or ""))
         return [{**messages[0], "content": prompt + SUMMARY_MARK + summary}, *messages[1:]]
-    return [{"role": "system", "content": SUMMARY_MARK.lstrip() + summary}, *messages]
+    return [{"role": "system", "content": SUMMARY_MARK + summary}, *messages]
 
 
 def summary_of(messages: Sequence[Message]) -> str:

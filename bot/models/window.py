@@ -45,8 +45,9 @@ DEFAULT_RESERVE = 4_096
 """Output tokens kept free when the model has no ``max_output_tokens``, at most an eighth
 of its window."""
 COMPACT_TO = 0.5
-"""A compaction leaves the request at most this share of the room, so the next turns fit
-without compacting again at once."""
+"""A compaction keeps of the older turns at most this share of the room the rest of the
+request (system prompt, tools, the current turn, the summary) leaves, so the next turns
+fit without compacting again at once."""
 SUMMARY_SHARE = 0.125
 """The summary is at most this share of the window."""
 MAX_SUMMARY_CHARS = 8_000
@@ -220,13 +221,13 @@ def plan_compaction(
     messages: Sequence[Message], tools: Sequence[Message], win: Window
 ) -> Plan | None:
     """The oldest messages between the system prompt and the latest user message whose
-    replacement by a summary brings the request to :data:`COMPACT_TO` of the room (or as
-    near as these messages allow); None when there is nothing to compact."""
+    replacement by a summary leaves of them at most :data:`COMPACT_TO` of the room the rest
+    of the request leaves; None when there is nothing to compact."""
     start, stop = head_end(messages), latest_user(messages)
     if stop <= start:
         return None
-    target = int(win.room * COMPACT_TO)
     fixed = win.count([*messages[:start], *messages[stop:]], tools) + win.summary_chars // 4
+    target = fixed + int(max(0, win.room - fixed) * COMPACT_TO)
     sizes = [tokens.estimate_messages([m]) for m in messages[start:stop]]
     rest = sum(sizes)
     end = start

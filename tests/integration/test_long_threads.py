@@ -58,7 +58,7 @@ def fake() -> Iterator[FakeOpenAI]:
         yield server
 
 
-def deps_for(redis_url: str, base_url: str, *, window: int) -> Deps:
+def deps_for(redis_url: str, base_url: str, *, window: int | None) -> Deps:
     settings = Settings(
         redis_url=redis_url,
         openai={  # type: ignore[arg-type]
@@ -79,12 +79,12 @@ def turn(i: int, text: str) -> TurnJob:
     )  # fmt: skip
 
 
-def context_answer(deps: Deps) -> str:
+def context_answer(deps: Deps, text: str = "/context") -> str:
     inbound = Inbound(
         thread=ThreadRef(**THREAD), sender=Sender(user_id="alice", display_name="Alice"),
-        text="/context", message_id="ctx-1",
+        text=text, message_id="ctx-1",
     )  # fmt: skip
-    command = parse_command("/context")
+    command = parse_command(text)
     assert command is not None
     return default_router().dispatch(
         CommandRequest(command=command, inbound=inbound, session_key=SESSION, deps=deps)
@@ -233,3 +233,15 @@ def test_the_fakes_window_answers_openais_own_context_length_exceeded() -> None:
         assert [r.status for r in fake.requests] == [200, 400]
         fake.reset()
         assert fake.too_long == 0
+
+
+def test_context_before_any_compaction_and_with_an_unknown_window(redis_url: str) -> None:
+    deps = deps_for(redis_url, "http://127.0.0.1:9/v1", window=None)
+    deps.history.append(SESSION, {"role": "user", "content": "Alice: hello " + WORDS})
+    shown = context_answer(deps)
+    assert "1 recent message(s))" in shown
+    assert "the model's window is unknown" in shown
+    assert "No summary yet" in shown
+    assert context_answer(deps, "/subagents context") == shown
+    assert "Unknown command `/contex`" in context_answer(deps, "/contex")
+    assert "`/context`" in context_answer(deps, "/help")

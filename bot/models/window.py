@@ -24,11 +24,16 @@ from typing import Any
 from bot.config import Settings
 from bot.models import tokens
 from bot.models.catalog import resolve
+from bot.text.untrusted import untrusted
 
 Message = dict[str, Any]
 
 SUMMARY_MARK = "\n\n[Summary of the earlier conversation, made to fit the model's window]\n"
 """Where the system message's summary starts (what is before it is the system prompt)."""
+SUMMARY_SOURCE = "summary"
+"""The summary reaches the model wrapped as untrusted data from this source: it was written
+from tool results and other runs' results too, so it never speaks as the system prompt
+(docs/architecture.md, "Untrusted content")."""
 SUMMARY_INSTRUCTION = (
     "You compact a long chat thread so it fits a model's context window. Write a faithful "
     "summary of the conversation below in at most {words} words: who asked what (keep the "
@@ -134,19 +139,25 @@ def last_step(messages: Sequence[Message]) -> int:
 
 
 def split_summary(system: str) -> tuple[str, str]:
-    """A system message's prompt and summary ("" when it has none)."""
-    prompt, mark, summary = system.partition(SUMMARY_MARK)
-    return prompt, summary if mark else ""
+    """A system message's prompt and summary ("" when it has none), unwrapped."""
+    prompt, mark, wrapped = system.partition(SUMMARY_MARK)
+    if not mark:
+        return prompt, ""
+    head = untrusted(SUMMARY_SOURCE, "\x00").partition("\x00")
+    summary = wrapped.removeprefix(head[0]).removesuffix(head[2])
+    return prompt, summary
 
 
 def with_summary(messages: list[Message], summary: str) -> list[Message]:
-    """``messages`` whose system message carries ``summary`` (replacing an older one)."""
+    """``messages`` whose system message carries ``summary`` (replacing an older one),
+    wrapped as untrusted data."""
     if not summary:
         return list(messages)
+    block = SUMMARY_MARK + untrusted(SUMMARY_SOURCE, summary)
     if messages and messages[0].get("role") == "system":
         prompt, _ = split_summary(str(messages[0].get("content") or ""))
-        return [{**messages[0], "content": prompt + SUMMARY_MARK + summary}, *messages[1:]]
-    return [{"role": "system", "content": SUMMARY_MARK + summary}, *messages]
+        return [{**messages[0], "content": prompt + block}, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
 
 
 def summary_of(messages: Sequence[Message]) -> str:

@@ -53,7 +53,7 @@ OnCompact = Callable[[Compacted], None]
 
 @dataclass(kw_only=True)
 class Fitter:
-    """Fits one run's calls (mutable only through the message list it is handed)."""
+    """Fits one run's (or turn's) calls; a refusal narrows its window for the calls after."""
 
     model: ChatModel
     model_name: str
@@ -81,6 +81,7 @@ class Fitter:
             smaller.room,
         )  # fmt: skip
         if attempt == 0:
+            self.win = smaller  # the rest of this run's calls fit what the server takes
             self._fit(messages, tools, smaller, force=True)
             return
         harder = fit.trim_hard(messages)

@@ -40,6 +40,7 @@ from bot.store.runs import RunsRegistry
 from bot.store.schedules import ScheduleStore
 from bot.store.session_ttl import SessionSweep
 from bot.store.stops import Stops
+from bot.store.summaries import SummaryStore
 from bot.store.threads import ThreadBindings
 from bot.store.transcripts import TranscriptStore
 from bot.store.turn_attempts import TurnAttempts
@@ -65,6 +66,7 @@ class Deps:
     recovery: RunRecovery
     turn_attempts: TurnAttempts
     history: HistoryStore
+    summaries: SummaryStore
     session_sweep: SessionSweep
     transcripts: TranscriptStore
     jobs: Jobs
@@ -119,6 +121,7 @@ class Deps:
                 max_chars=settings.history.max_message_chars,
                 ttl=settings.sessions.ttl_seconds,
             ),
+            summaries=SummaryStore(redis=client, keys=keys, ttl=settings.sessions.ttl_seconds),
             session_sweep=SessionSweep(redis=client, keys=keys, ttl=settings.sessions.ttl_seconds),
             transcripts=TranscriptStore(redis=client, keys=keys),
             jobs=Jobs(

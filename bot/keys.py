@@ -14,6 +14,7 @@ key                                                type       what
 ``{p}session:{key}:runs``                          zset       run ids of a session by time (TTL)
 ``{p}session:{key}:seq``                           string     counter numbering its runs (TTL)
 ``{p}session:{key}:history``                       list       bounded chat history, JSON (TTL)
+``{p}session:{key}:summary``                       hash       its compacted turns' summary (TTL)
 ``{p}session:{key}:turn_stop``                     string     abort flag for the running turn
 ``{p}turn:{replyKey}:steps``                       list       a turn's messages after its user message (JSON)
 ``{p}turn:{replyKey}:hb``                          string     a turn's lease, expires when stale
@@ -113,6 +114,9 @@ class Keys:
 
     def history(self, session_key: str) -> str:
         return f"{self.prefix}session:{session_key}:history"
+
+    def session_summary(self, session_key: str) -> str:
+        return f"{self.prefix}session:{session_key}:summary"
 
     def turn_stop(self, session_key: str) -> str:
         return f"{self.prefix}session:{session_key}:turn_stop"

@@ -14,10 +14,13 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 
+from bot.agent.compaction import Fitter, OnCompact, ThreadTooLong, too_long_text
 from bot.agent.context import ToolContext
 from bot.agent.tools import Tool, execute_tool
 from bot.errors import RunDeadline
-from bot.models.completion import ChatModel, CompletionRequest, ToolCallRequest
+from bot.models.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
+from bot.models.errors import Failure, failure_kind
+from bot.models.window import window_for
 from bot.observe import tracing
 from bot.runs.naming import Icon
 from bot.steps import LoopControl, LoopResult, Message, Meter
@@ -47,11 +50,25 @@ def run_loop(
     thinking: str = "",
     max_tool_chars: int = 20_000,
     gate: Gate | None = None,
+    on_compact: OnCompact | None = None,
 ) -> LoopResult:
-    """Drive the model until it answers without tool calls or ``max_steps`` is reached."""
+    """Drive the model until it answers without tool calls or ``max_steps`` is reached.
+
+    Each call is first fitted to the model's window, and a "context too long" refusal is
+    compacted and retried (:mod:`bot.agent.compaction`); ``on_compact`` hears each summary.
+    A thread that cannot be made to fit is answered plainly."""
     control = control or LoopControl()
     schemas = [t.schema() for t in tools]
     fail = _failpoint(ctx)
+    deps = getattr(ctx, "deps", None)
+    fitter = Fitter(
+        model=model,
+        model_name=model_name,
+        win=window_for(deps.settings if deps is not None else None, model_name),
+        meter=meter,
+        control=control,
+        on_compact=on_compact,
+    )
 
     def on_chunk() -> None:
         meter.touch("model output")
@@ -63,24 +80,28 @@ def run_loop(
         if step:
             fail("between_steps")
         _before_step(control, messages)
-        _budget_warning(control, messages, meter, model_name, schemas)
-        meter.touch("model call sent")
-        try:
-            completion = model.complete(
-                CompletionRequest(
-                    model=model_name,
-                    messages=messages,
-                    tools=schemas,
-                    thinking=thinking,
-                    timeout=_time_left(control),
-                    budget=control.remaining(),
-                    on_chunk=on_chunk,
-                    on_wait=on_wait,
-                )
+
+        def request() -> CompletionRequest:
+            meter.touch("model call sent")
+            return CompletionRequest(
+                model=model_name,
+                messages=messages,
+                tools=schemas,
+                thinking=thinking,
+                timeout=_time_left(control),
+                budget=control.remaining(),
+                on_chunk=on_chunk,
+                on_wait=on_wait,
             )
-        except BaseException:
-            control.budget.after_call(model=model_name, usage=None)
-            raise
+
+        try:
+            # fitted before the spend is reserved: a summarizing call reserves its own
+            fitter.before_call(messages, schemas)
+            _budget_warning(control, messages, meter, model_name, schemas)
+            completion = _fitted_call(model, request, fitter, messages, schemas, control)
+        except ThreadTooLong:
+            meter.last_text = too_long_text(model_name)
+            return LoopResult(text=meter.last_text, complete=True)
         control.budget.after_call(
             model=completion.answered_by or model_name, usage=completion.usage
         )
@@ -107,6 +128,36 @@ def run_loop(
             gate=gate,
         )
     return LoopResult(text=meter.last_text, complete=False)
+
+
+REFUSALS_RETRIED = 2
+"""A "context too long" refusal is compacted and retried, then trimmed harder and retried
+once more; a third is answered plainly (docs/models.md)."""
+
+
+def _fitted_call(
+    model: ChatModel,
+    request: Callable[[], CompletionRequest],
+    fitter: Fitter,
+    messages: list[Message],
+    schemas: list[Message],
+    control: LoopControl,
+) -> Completion:
+    """One model call; a "context too long" refusal fits the messages again and retries
+    (raises :class:`ThreadTooLong` when nothing is left to take)."""
+    name = fitter.model_name
+    for attempt in range(REFUSALS_RETRIED + 1):
+        try:
+            return model.complete(request())
+        except BaseException as exc:
+            control.budget.after_call(model=name, usage=None)
+            if not isinstance(exc, Exception) or failure_kind(exc) != Failure.CONTEXT_TOO_LONG:
+                raise
+            if attempt == REFUSALS_RETRIED:
+                raise ThreadTooLong(name) from exc
+            fitter.after_refusal(messages, schemas, attempt=attempt)
+            control.budget.before_call(model=name, messages=messages, tools=schemas)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def run_calls(

@@ -24,6 +24,7 @@ import openai
 from rq.timeouts import BaseTimeoutException, JobTimeoutException
 
 from bot.agent import policy
+from bot.agent.compaction import Compacted
 from bot.agent.context import ToolContext
 from bot.agent.gated import approved_call, decided_step, gate_for
 from bot.agent.loop import Gate, LoopControl, Meter, run_calls, run_loop
@@ -37,6 +38,7 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import BudgetExceeded, RunInterrupted, RunParked
 from bot.models.completion import ChatModel
+from bot.models.window import with_summary
 from bot.observe import tracing
 from bot.runs.approval_gate import RESUME_PREFIX, park_turn, post_request
 from bot.runs.budget import over_daily, turn_guard
@@ -144,12 +146,16 @@ def _execute(
             return ""
         deps.turn_attempts.record(job.reply_key, [user_message], first=True)
     steps = recorded[1:]
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system_prompt(deps.settings, job.agent_id)},
-        *history,
-        user_message,
-        *steps,
-    ]
+    summary = deps.summaries.get(job.session_key)  # older turns compacted (docs/models.md)
+    messages: list[dict[str, Any]] = with_summary(
+        [
+            {"role": "system", "content": system_prompt(deps.settings, job.agent_id)},
+            *history,
+            user_message,
+            *steps,
+        ],
+        summary.text if summary is not None else "",
+    )
     plan = plan_join(deps.settings, job)
     ctx = ToolContext(
         deps=deps,
@@ -355,6 +361,7 @@ def _answer(
             control=control,
             max_tool_chars=max_tool_chars,
             gate=gate,
+            on_compact=lambda c: _keep_summary(deps, job, c),
         )
     except BudgetExceeded as exc:
         return _with_spawns(str(exc), ctx)
@@ -377,6 +384,12 @@ def _answer(
     if meter.fallback_note:  # docs/models.md, "Fallbacks"
         text += f"\n\n_({meter.fallback_note})_"
     return text
+
+
+def _keep_summary(deps: Deps, job: TurnJob, compacted: Compacted) -> None:
+    """The session keeps the summary; the history entries it covers go (docs/models.md,
+    "Threads that outgrow the window")."""
+    deps.summaries.replace(job.session_key, compacted.summary, covered=compacted.covered)
 
 
 def _pending(tools: list[Tool], steps: list[dict[str, Any]]) -> PendingStep:

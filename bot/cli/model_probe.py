@@ -18,6 +18,7 @@ from bot.agent.model_errors import model_error_text
 from bot.config import OpenAISettings, Settings
 from bot.models.catalog import DEFAULT_ENDPOINT, endpoints
 from bot.models.completion import Completion, CompletionRequest
+from bot.models.dialect import dialect_for
 
 PROBE_TOOL = {
     "type": "function",
@@ -84,7 +85,7 @@ def probe_endpoint(name: str, where: OpenAISettings) -> list[Line]:
             ("cannot reach", "the model endpoint refused")
         ):
             return [listed]  # nothing else can work: say the one thing to fix
-        return [listed, *_call_lines(label, client, where)]
+        return [listed, kind_line(label, where), *_call_lines(label, client, where)]
     finally:
         client.close()
 
@@ -101,6 +102,19 @@ def _list_line(label: str, client: OpenAIChatModel, where: OpenAISettings) -> Li
         ok=known,
         detail=f"endpoint lists {len(listed)} model(s); "
         f"{where.model!r} {'listed' if known else 'NOT listed'}",
+    )
+
+
+def kind_line(label: str, where: OpenAISettings) -> Line:
+    """Which dialect fanbot speaks to the endpoint, and what that means on the wire."""
+    dialect = dialect_for(where.kind, where.base_url)
+    how = "set" if where.kind != "auto" else "guessed from the URL; set `kind` if wrong"
+    sends = [f"the output limit as {dialect.token_limit}"]
+    sends.append("asks for usage in streams" if dialect.include_usage else "no stream_options")
+    if dialect.reasoning:
+        sends.append(f"thinking as {dialect.reasoning}")
+    return Line(
+        name=f"{label} kind", ok=True, detail=f"{dialect.kind} ({how}): " + ", ".join(sends)
     )
 
 

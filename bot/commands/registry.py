@@ -110,6 +110,7 @@ SUBAGENTS = (
         usage=None,
         who="the person who made the schedule, or an admin (within `schedules.who`)",
     ),
+    Subcommand(name="context", usage=": the same as `/context`"),
     Subcommand(name="help", usage=None),
 )
 """``/subagents`` actions, in the order ``/help`` and usage list them."""
@@ -125,6 +126,12 @@ COMMANDS = (
         menu="Stop the running turn and every unfinished subagent here",
         help="stop the current answer and every run of this thread",
         who="anyone; it stops the runs they started (an admin: every run)",
+    ),
+    ChatCommand(
+        name="context",
+        menu="How much of the model's window this thread takes, and its summary",
+        help="how much of the model's window this thread takes, and the summary of its "
+        "older turns (also `/subagents context`)",
     ),
     ChatCommand(name="help", menu="How to talk to the bot", help="this list", aliases=("start",)),
 )

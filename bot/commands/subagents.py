@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from bot.commands import schedule_chat as schedule_commands
 from bot.commands.answers import render_family, render_info, render_list, render_log
+from bot.commands.context_command import handle_context
 from bot.commands.parse import Command
 from bot.commands.registry import LOG_DEFAULT, LOG_MAX, SUBAGENTS, USAGE
 from bot.commands.router import UNREAD, CommandRequest, CommandRouter, early_reply
@@ -48,6 +49,7 @@ OWN_HANDLERS: dict[str, Callable[[CommandRequest], str]] = {
     "every": schedule_commands.handle_every,
     "schedules": schedule_commands.handle_list,
     "unschedule": schedule_commands.handle_unschedule,
+    "context": handle_context,
 }
 SUBCOMMANDS = tuple(s.name for s in SUBAGENTS if s.name not in OWN_HANDLERS)
 """The actions :func:`parse_subagents` parses (the others have their own handlers)."""
@@ -313,3 +315,4 @@ def register(router: CommandRouter) -> None:
     """Add ``/subagents`` and ``/stop`` to ``router``."""
     router.register("subagents", handle_subagents)
     router.register("stop", handle_stop)
+    router.register("context", handle_context)

@@ -31,6 +31,8 @@ from typing import Any
 
 from bot.config import Settings
 from bot.deps import Deps
+from bot.models.tokens import CHARS_PER_TOKEN, SAFETY_MARGIN
+from bot.models.window import window_for
 from bot.observe import tracing
 from bot.runs.access import Actor
 from bot.runs.line import slot_job
@@ -40,6 +42,7 @@ from bot.runs.type_registry import subagent_types
 from bot.sessions import qualified_user
 from bot.store.jobs import TurnJob
 from bot.store.joins import JoinRecord
+from bot.text.sentences import clip_sentences
 from bot.types import FAN_IN_MARK, RunRecord
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,11 @@ JOB_PREFIX = "join-"
 INLINE_RESULTS_CHARS = 48_000
 """Results that are no longer in the loaded history are repeated in the continuation's
 prompt, all of them together at most this many characters."""
+FAN_IN_SHARE = 0.3
+"""And at most this share of the main agent's model's window (when it is known), each
+result shortened at a sentence or paragraph end (docs/models.md)."""
+MIN_RESULT_CHARS = 200
+"""A repeated result keeps at least this many characters, however many runs there are."""
 ABANDONED_AFTER_SECONDS = 60
 """A join still open this long after its turn's timeout is sealed by the sweep."""
 
@@ -243,13 +251,31 @@ def _may_cancel(actor: Actor, join: JoinRecord) -> bool:
     return actor.is_admin or owner == actor.qualified
 
 
+NOTE_OVERHEAD_CHARS = 160
+"""What a repeated result's note adds around it (its title line and untrusted markers)."""
+
+
+def results_chars(settings: Settings, agent_id: str) -> int:
+    """Characters the repeated results may take together: :data:`INLINE_RESULTS_CHARS`, at
+    most :data:`FAN_IN_SHARE` of the agent's model's window (pure)."""
+    model = settings.agent(agent_id or None).model or settings.openai.model
+    win = window_for(settings, model)
+    if win is None:
+        return INLINE_RESULTS_CHARS
+    share = int(win.room * FAN_IN_SHARE * CHARS_PER_TOKEN / SAFETY_MARGIN)
+    return min(INLINE_RESULTS_CHARS, share)
+
+
 def continuation_prompt(deps: Deps, join: JoinRecord, history: list[dict[str, Any]]) -> str:
     """The continuation turn's input: each run's status, and its result where the loaded
     history no longer holds its note (finalize wrote one per run)."""
     runs = sorted(deps.runs.get_many(join.run_ids), key=lambda r: r.seq)
     seen = "\n".join(str(m.get("content", "")) for m in history)
     missing = [r for r in runs if f"[{run_title(r)} (" not in seen]
-    budget = INLINE_RESULTS_CHARS // max(1, len(missing))
+    budget = results_chars(deps.settings, str(join.origin.get("agent_id") or "")) // max(
+        1, len(missing)
+    )
+    budget = max(MIN_RESULT_CHARS, budget - NOTE_OVERHEAD_CHARS)
     lines = [
         f"{FAN_IN_MARK} All {len(runs)} subagent run(s) you waited for have ended:",
         *(f"- {run_title(r, kind='after')}: {r.status.value}" for r in runs),
@@ -257,7 +283,10 @@ def continuation_prompt(deps: Deps, join: JoinRecord, history: list[dict[str, An
     if missing:
         lines += ["", "Results not shown above:"]
         lines += [
-            history_note(r, status=r.status, result=r.result, max_chars=budget) for r in missing
+            history_note(
+                r, status=r.status, result=clip_sentences(r.result, budget), max_chars=budget + 2
+            )
+            for r in missing
         ]
     where = "above" if len(missing) == len(runs) else "in the notes of this conversation"
     lines += [

@@ -1,7 +1,8 @@
 """How long a requester session's keys live: ``FANBOT_SESSIONS__RETENTION_DAYS`` after
 the session's last activity.
 
-A session's history (``session:<key>:history``), run index (``session:<key>:runs``) and run
+A session's history (``session:<key>:history``), its summary (``session:<key>:summary``,
+:mod:`bot.store.summaries`), run index (``session:<key>:runs``) and run
 counter (``session:<key>:seq``) carry a TTL that every write sets again
 (:func:`refresh`; the history's script fragment sets its own), so a thread nobody writes
 in disappears on its own: Redis runs ``noeviction`` and nothing else would remove it.
@@ -20,7 +21,7 @@ from bot.store.owner import Lua, RedisOwner
 DEFAULT_TTL = 30 * 86_400
 """Stores built without settings (scripts, tests): the setting's default, 30 days."""
 
-SESSION_KEY_SUFFIXES = (":history", ":runs", ":seq")
+SESSION_KEY_SUFFIXES = (":history", ":summary", ":runs", ":seq")
 """The session keys that expire together (``turn_stop`` and ``joins`` expire on their own)."""
 
 
@@ -28,6 +29,7 @@ def session_keys(keys: Keys, session_key: str) -> tuple[str, ...]:
     """The keys of ``session_key`` that expire after its retention."""
     return (
         keys.history(session_key),
+        keys.session_summary(session_key),
         keys.session_runs(session_key),
         keys.session_seq(session_key),
     )

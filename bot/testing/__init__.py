@@ -20,6 +20,7 @@ from bot.testing.fake_slack import FakeSlack
 from bot.testing.fake_telegram import FakeTelegram
 from bot.testing.function_model import FunctionModel
 from bot.testing.otlp import FakeCollector
+from bot.testing.replay_openai import Fixture, ReplayOpenAI, load_fixtures
 from bot.testing.scripted import (
     Call,
     ChatRequest,
@@ -42,16 +43,19 @@ __all__ = [
     "FakeOpenAI",
     "FakeSlack",
     "FakeTelegram",
+    "Fixture",
     "FunctionModel",
     "Hang",
     "MemoryChannel",
     "RedisServer",
+    "ReplayOpenAI",
     "ScriptedModel",
     "Stack",
     "Synapse",
     "Text",
     "ToolCalls",
     "is_subagent",
+    "load_fixtures",
     "until",
     "wait_until",
 ]

@@ -17,6 +17,11 @@ Like a provider, it can enforce a rate limit: ``FakeOpenAI(script, max_requests=
 window_seconds=60)`` answers a request that arrives when the last ``window_seconds`` already
 had ``max_requests`` answered ones with HTTP 429 and a ``Retry-After`` (when the oldest of
 them leaves the window), and counts it in :attr:`FakeOpenAI.over_limit`.
+
+Like a model, it can have a context window: ``FakeOpenAI(script, context_window=8_000)``
+answers a request whose messages and tools count more tokens than that
+(:func:`bot.models.tokens.count_messages`, for the request's model) with OpenAI's own 400
+``context_length_exceeded`` body, and counts it in :attr:`FakeOpenAI.too_long`.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from aiohttp import web
 from bot.demo import wire
 from bot.demo.chat_server import ChatServer
 from bot.demo.replies import ChatRequest, Fail, Reply, Script
+from bot.models.tokens import count_messages
 
 
 @dataclass(kw_only=True)
@@ -80,12 +86,16 @@ class FakeOpenAI(ChatServer):
         models: Sequence[str] = ("fake-model",),
         max_requests: int | None = None,
         window_seconds: float = 60.0,
+        context_window: int | None = None,
         **options: Any,
     ) -> None:
         """Configure (not start) the fake; ``max_requests`` per ``window_seconds`` (None: no
-        limit) is its rate limit; ``options`` are :class:`ChatServer`'s (``strict_models``,
-        ``stream_chunk_chars``, ``host``)."""
+        limit) is its rate limit; ``context_window`` (tokens; None: any size) its window;
+        ``options`` are :class:`ChatServer`'s (``strict_models``, ``stream_chunk_chars``,
+        ``host``)."""
         super().__init__(script, models=models, **options)
+        self.context_window = context_window
+        self._too_long = 0
         self.max_requests = max_requests
         self.window_seconds = window_seconds
         self._admitted: collections.deque[float] = collections.deque()
@@ -112,6 +122,11 @@ class FakeOpenAI(ChatServer):
     def over_limit(self) -> int:
         """Requests answered 429 because they came over the rate limit."""
         return self._over_limit
+
+    @property
+    def too_long(self) -> int:
+        """Requests answered 400 ``context_length_exceeded`` (over :attr:`context_window`)."""
+        return self._too_long
 
     @property
     def max_concurrent(self) -> int:
@@ -142,6 +157,7 @@ class FakeOpenAI(ChatServer):
         self._records.clear()
         self._max_concurrent = self._in_flight
         self._over_limit = 0
+        self._too_long = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -202,6 +218,34 @@ class FakeOpenAI(ChatServer):
         wait = math.ceil((window[0] + self.window_seconds - now) * 1000) / 1000
         return Fail(429, retry_after=max(0.001, wait), message="Rate limit reached (fake).")
 
+    def prompt_tokens(self, record: RecordedRequest) -> int:
+        """The tokens of a recorded request's messages and tools, as the window counts them."""
+        body = record.body
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+        return count_messages(messages or [], tools or [], model=str(body.get("model") or ""))
+
+    def _over_the_window(self, record: RecordedRequest) -> web.Response | None:
+        """OpenAI's 400 for a request over :attr:`context_window`, else None."""
+        if self.context_window is None:
+            return None
+        used = self.prompt_tokens(record)
+        if used <= self.context_window:
+            return None
+        self._too_long += 1
+        message = (
+            f"This model's maximum context length is {self.context_window} tokens. However, "
+            f"your messages resulted in {used} tokens. Please reduce the length of the "
+            "messages."
+        )
+        error = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+        return web.json_response({"error": error}, status=400)
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         chat = await self._read(request)
         if isinstance(chat, web.Response):
@@ -219,6 +263,11 @@ class FakeOpenAI(ChatServer):
             record.reply, record.status, record.outcome = refused, 429, "error"
             record.finished_at = time.monotonic()
             return wire.error_response(refused)
+        too_long = self._over_the_window(record)
+        if too_long is not None:
+            record.status, record.outcome = 400, "error"
+            record.finished_at = time.monotonic()
+            return too_long
         self._in_flight += 1
         self._max_concurrent = max(self._max_concurrent, self._in_flight)
 

@@ -47,9 +47,15 @@ async def test_each_endpoint_gets_its_own_lines(tmp_path: Path, redis_url: str) 
             FANBOT_OPENAI__BASE_URL=main.base_url,
             FANBOT_MODELS__ENDPOINTS__LOCAL__BASE_URL=local.base_url,
             FANBOT_MODELS__ENDPOINTS__LOCAL__MODEL="qwen3",
+            FANBOT_MODELS__ENDPOINTS__LOCAL__KIND="ollama",
             FANBOT_MODELS__ENDPOINTS__GONE__BASE_URL=down,
         )
         assert report.line("model") == "ok   model: endpoint lists 2 model(s); 'gpt-4o-mini' listed"
+        assert report.line("model kind") == (
+            "ok   model kind: generic (guessed from the URL; set `kind` if wrong): the output "
+            "limit as max_completion_tokens, asks for usage in streams, thinking as reasoning_effort"
+        )
+        assert report.line("model local kind").startswith("ok   model local kind: ollama (set): ")
         assert report.line("model stream").startswith("ok   model stream: streams (")
         assert report.line("model tools") == "ok   model tools: answers tool calls"
         assert report.line("model usage").startswith("ok   model usage: usage in streams (")

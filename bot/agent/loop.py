@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from bot.agent.compaction import Fitter, OnCompact, ThreadTooLong, too_long_text
 from bot.agent.context import ToolContext
 from bot.agent.tools import Tool, execute_tool
-from bot.errors import RunDeadline
+from bot.errors import RunDeadline, RunFailed
 from bot.models.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.models.errors import Failure, failure_kind
 from bot.models.window import window_for
@@ -99,7 +99,13 @@ def run_loop(
             fitter.before_call(messages, schemas)
             _budget_warning(control, messages, meter, model_name, schemas)
             completion = _fitted_call(model, request, fitter, messages, schemas, control)
-        except ThreadTooLong:
+        except ThreadTooLong as exc:
+            if ctx.run_id:  # a run fails, with what it had: its result is no answer
+                raise RunFailed(
+                    f"its conversation is too long for the model ({model_name}), even after "
+                    "summarizing its older steps",
+                    result=meter.last_text or None,
+                ) from exc
             meter.last_text = too_long_text(model_name)
             return LoopResult(text=meter.last_text, complete=True)
         control.budget.after_call(

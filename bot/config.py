@@ -263,6 +263,7 @@ class WorkerSettings(_Section):
 
 
 _RUNNABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+_AGENT_ID = re.compile(r"[A-Za-z0-9_.-]+")  # as Settings.agent_id
 _LOOP_KEYS = ("system_prompt", "tools", "model", "thinking", "output_schema", "require_approval")
 
 
@@ -375,6 +376,19 @@ class AgentSettings(_Section):
     subagent_model: str | None = None
     subagent_thinking: str | None = None
     tools: ToolRule = Field(default_factory=ToolRule, description="This agent's main turns.")
+    allow_agents: list[str] = Field(
+        default_factory=list,
+        description="Agents this one may target with sessions_spawn's agentId; empty: only "
+        "itself, ['*']: any agent in FANBOT_AGENTS.",
+    )
+
+    @field_validator("allow_agents")
+    @classmethod
+    def _allow_agents(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if item != "*" and not _AGENT_ID.fullmatch(item):
+                raise ValueError(f"{item!r} is not an agent id or '*'")
+        return value
 
 
 class ToolPolicy(_Section):

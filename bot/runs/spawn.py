@@ -248,6 +248,30 @@ def resolve_timeout(settings: Settings, requested: int | None) -> tuple[int, lis
     return sub.max_run_timeout_seconds, [warning] if requested else []
 
 
+def allowed_agents(settings: Settings, requester: str) -> list[str]:
+    """The agents ``requester`` may target with ``agentId``: itself, then its
+    ``allow_agents`` (``*``: every agent in ``FANBOT_AGENTS``) that exist."""
+    known = sorted({settings.agent_id, *settings.agents} - {requester})
+    rule = settings.agent(requester).allow_agents
+    others = known if "*" in rule else [a for a in known if a in rule]
+    return [requester, *others]
+
+
+def check_agent(settings: Settings, requester: str, target: str) -> None:
+    """Refuse a ``target`` agent that is unknown or not in ``requester``'s allowlist."""
+    if target == requester:
+        return
+    if target != settings.agent_id and target not in settings.agents:
+        known = ", ".join(sorted({settings.agent_id, requester, *settings.agents}))
+        raise SpawnRejected(f"unknown agentId {target!r}; known: {known}")
+    allowed = allowed_agents(settings, requester)
+    if target not in allowed:
+        raise SpawnRejected(
+            f"agentId {target!r} is not allowed for agent {requester!r}; "
+            f"allowed: {', '.join(allowed)}"
+        )
+
+
 def resolve_thinking(settings: Settings, agent_id: str, requested: str | None) -> str:
     value = requested or settings.agent(agent_id).subagent_thinking or settings.subagents.thinking
     if value and value not in THINKING_LEVELS:

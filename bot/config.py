@@ -204,9 +204,10 @@ class SubagentSettings(_Section):
     max_result_chars: int = Field(20_000, ge=100)
     max_run_timeout_seconds: int = Field(
         14_400,
-        ge=1,
+        ge=0,
         le=7 * 86_400,
-        description="Upper bound of any run's timeout; runTimeoutSeconds 0 means this.",
+        description="Upper bound of any run's timeout; runTimeoutSeconds 0 means this. 0: no "
+        "upper bound, and runTimeoutSeconds 0 means no deadline at all.",
     )
     announce: Literal["cards", "synthesis", "both"] = Field(
         "both",

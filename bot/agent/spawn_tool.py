@@ -36,7 +36,7 @@ class SpawnArgs(BaseModel):
         None,
         ge=0,
         description="Seconds until the run times out (default: configured); 0: no limit of "
-        "its own. Never above the configured maximum.",
+        "its own (the configured maximum, or none if none is set). Never above the maximum.",
     )
     context: Literal["isolated", "fork"] | None = Field(
         None,

@@ -293,7 +293,8 @@ def continuation_prompt(deps: Deps, join: JoinRecord, history: list[dict[str, An
             )
             for r in missing
         ]
-    where = "above" if len(missing) == len(runs) - len(quiet) else "in the notes of this conversation"
+    with_results = len(runs) - len(quiet)
+    where = "above" if len(missing) == with_results else "in the notes of this conversation"
     lines += [
         "",
         f"Their results are {where}. Reconcile them and answer the request once: do not "

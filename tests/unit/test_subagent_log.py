@@ -83,7 +83,9 @@ def test_log_shows_the_conversation_and_tools_adds_the_tool_messages(deps: Deps)
     spawn_with_transcript(deps, rounds=30)  # 63 messages, 3 of them conversation
 
     plain = command(deps, "/subagents log 1").splitlines()
-    assert plain[0].endswith("— last 3 of 63 messages (tool calls hidden; add `tools` to show them)")
+    assert plain[0].endswith(
+        "— last 3 of 63 messages (tool calls hidden; add `tools` to show them)"
+    )
     assert plain[1:] == [
         "• **system**: You count.",
         "• **user**: count",

@@ -163,6 +163,11 @@ async def test_run_timeout_zero_without_a_maximum_has_no_deadline_and_still_stop
         async with Stack(values=values, adapters=[channel], workers=1) as stack:
             await channel.say("go")
             await stack.wait_for(lambda: len(channel.announces) == 2, timeout=40)
+            await channel.say("/subagents info 3")
+            await stack.wait_for(
+                lambda: any(r.text.startswith("**Subagent #3") for r in channel.replies),
+                timeout=20,
+            )
             await channel.say("/subagents stop 3")
             await stack.wait_for(lambda: len(channel.announces) == 3, timeout=30)
             deps = deps_of(stack)
@@ -179,3 +184,5 @@ async def test_run_timeout_zero_without_a_maximum_has_no_deadline_and_still_stop
     assert no_deadline.started_at is not None and no_deadline.ended_at is not None
     assert no_deadline.ended_at - no_deadline.started_at > 2 + 1  # past the default + grace
     assert "timeout" not in by_label["N"].partition("Notes:")[2]
+    info = next(r.text for r in channel.replies if r.text.startswith("**Subagent #3"))
+    assert "running" in info and not re.search("timeout|deadline", info, re.I)

@@ -243,7 +243,7 @@ def test_who_sees_which_skills(tmp_path: Path) -> None:
 def test_a_broken_skill_stops_the_check_and_is_left_out_while_serving(tmp_path: Path) -> None:
     settings = settings_with(tmp_path)
     write(tmp_path, "researcher/bad/SKILL.md", "no front matter")
-    with pytest.raises(SkillError, match="researcher/bad/SKILL.md: does not start"):
+    with pytest.raises(SkillError, match=r"researcher/bad/SKILL\.md: does not start"):
         check_skills(settings)
     assert visible_skills(settings, agent_id="main", type_name="researcher") == []
     assert names(visible_skills(settings, agent_id="main", type_name=None)) == ["style", "triage"]
@@ -298,9 +298,7 @@ def test_skills_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("FANBOT_SKILLS__DIRS", '["/srv/skills", "/opt/more"]')
     monkeypatch.setenv("FANBOT_SKILLS__MAX_FILES", "20")
     monkeypatch.setenv("FANBOT_AGENTS", json.dumps({"main": {"skills": ["/srv/main"]}}))
-    monkeypatch.setenv(
-        "FANBOT_SUBAGENT_TYPES", json.dumps([{"name": "r", "skills": ["/srv/r"]}])
-    )
+    monkeypatch.setenv("FANBOT_SUBAGENT_TYPES", json.dumps([{"name": "r", "skills": ["/srv/r"]}]))
     settings = load_settings()
     assert settings.skills.dirs == [Path("/srv/skills"), Path("/opt/more")]
     assert settings.skills.max_files == 20
@@ -315,7 +313,9 @@ def test_skills_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
         ({"FANBOT_SKILLS__MAX_FILES": "0"}, "FANBOT_SKILLS__MAX_FILES"),
         ({"FANBOT_SKILLS__DIRZ": "[]"}, "did you mean FANBOT_SKILLS__DIRS"),
         (
-            {"FANBOT_SUBAGENT_TYPES": '[{"name": "c", "runnable": "json:loads", "skills": ["/x"]}]'},
+            {
+                "FANBOT_SUBAGENT_TYPES": '[{"name": "c", "runnable": "json:loads", "skills": ["/x"]}]'
+            },
             "so skills cannot be set",
         ),
     ],

@@ -51,7 +51,7 @@ class SkillFiles:
         return sorted(p for s in self.skills for p in s.virtual_paths())
 
     def sizes(self, paths: list[str]) -> list[int]:
-        return [len(self.get_bytes(p) or b"") for p in paths]
+        return [self._size(p) for p in paths]
 
     def read_many(self, paths: list[str]) -> Iterator[bytes]:
         for path in paths:
@@ -72,6 +72,15 @@ class SkillFiles:
             return skill_file(skill, rel, max_bytes=self.max_bytes).read_bytes()
         except (SkillError, OSError) as exc:
             raise WorkspaceError(f"{path} cannot be read: {_why(exc)}") from None
+
+    def _size(self, path: str) -> int:
+        found = self._locate(path)
+        if found is None:
+            return 0
+        try:
+            return skill_file(found[0], found[1], max_bytes=self.max_bytes).stat().st_size
+        except (SkillError, OSError):
+            return 0
 
     def _locate(self, path: str) -> tuple[Skill, str] | None:
         name, _, rel = path.removeprefix(SKILLS_ROOT + "/").partition("/")

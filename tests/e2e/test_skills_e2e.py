@@ -3,7 +3,8 @@ workers, ``load_skill``, ``read_file`` under ``/skills``, an announce that carri
 file said, and ``/subagents log 1 tools`` showing each step.
 
 The skill is written the way public collections write them (tests/skill_support.py); the
-workers read it from ``FANBOT_SKILLS__DIRS``.
+workers read it from ``FANBOT_SKILLS__DIRS``. Both pools: a forked horse per run, and a
+run on a thread of a long-lived worker process.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def subagent_steps(req: ChatRequest) -> Text | ToolCalls:
     return Text(f"Form filled; reference code {code.group(0) if code else '?'} (from {FIELDS}).")
 
 
+@pytest.mark.parametrize("pool", ["fork", "threads"])
 async def test_a_run_loads_a_skill_reads_its_file_and_announces_what_it_said(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, pool: str
 ) -> None:
     pdf_forms(tmp_path / "skills")
     release_notes(tmp_path / "skills")
@@ -65,7 +67,7 @@ async def test_a_run_loads_a_skill_reads_its_file_and_announces_what_it_said(
     channel = MemoryChannel()
     async with FakeOpenAI(model) as llm:
         values["openai"]["base_url"] = llm.base_url
-        async with Stack(values=values, adapters=[channel], workers=1, pool="fork") as stack:
+        async with Stack(values=values, adapters=[channel], workers=1, pool=pool) as stack:
             await channel.say("please fill in the visa form")
             [announce] = await until(lambda: channel.announces, timeout=60)
             await channel.say("/subagents log 1 tools")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ import redis
 
 from bot.agent import policy
 from bot.agent.session_tools import SESSION_TOOLS_LIST
+from bot.agent.skills import Skill, SkillError, skills_for
 from bot.agent.subagent_types import available_tools, subagent_types, tools_for_type
 from bot.agent.tools.mcp import McpPool
 from bot.agent.tools.sandbox import sandbox_status
@@ -321,6 +322,26 @@ def _tool_checks(settings: Settings, mcp: McpPool) -> list[Check]:
     return checks
 
 
+def check_skills(settings: Settings) -> list[Check]:
+    """The skills each agent's main turns and each subagent type see (docs/skills.md), or
+    the one line of the first skill that cannot be loaded (it names the file)."""
+    checks = []
+    try:
+        for agent_id in sorted({settings.agent_id, *settings.agents}):
+            seen = skills_for(settings, agent_id=agent_id, type_name=None)
+            checks.append(Check(name=f"skills {agent_id}", ok=True, detail=_names(seen)))
+        for name in subagent_types(settings):
+            seen = skills_for(settings, agent_id=settings.agent_id, type_name=name)
+            checks.append(Check(name=f"skills type {name}", ok=True, detail=_names(seen)))
+    except SkillError as exc:
+        return [Check(name="skills", ok=False, detail=str(exc))]
+    return checks
+
+
+def _names(skills: Sequence[Skill]) -> str:
+    return ", ".join(s.name for s in skills) or "(none)"
+
+
 def check_sandbox(settings: Settings) -> Check:
     """Whether ``execute`` is offered, and why not (a warning when bwrap was wanted)."""
     status = sandbox_status(settings.sandbox)
@@ -344,6 +365,7 @@ def run_checks(settings: Settings) -> list[Check]:
     """Every check, in report order."""
     checks = [check_config(), *check_redis(settings), *check_models(settings)]
     checks.extend(check_tools(settings))
+    checks.extend(check_skills(settings))
     checks.extend([check_sandbox(settings), check_search(settings)])
     warnings = [check_platforms_configured(settings)]
     if settings.matrix.configured:

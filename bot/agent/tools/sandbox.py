@@ -3,6 +3,7 @@
 The copy is written to a private host directory, bound at ``/workspace`` (the command's
 working directory), and read back when the command ends: new, changed and deleted files go
 back into the Redis workspace under its budgets, and the result says what changed. The
+skills the run sees are bound read-only at ``/skills/<name>`` (docs/skills.md). The
 sandbox itself is described in :mod:`bot.agent.tools.sandbox_proc`.
 
 Whether a sandbox can run here is tried once per process (:func:`sandbox_status`): some
@@ -19,13 +20,14 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from bot.agent.context import ToolContext
+from bot.agent.skills import SkillError, skills_for
 from bot.agent.tools import Tool
 from bot.agent.tools.sandbox_proc import MIB, Layout, bwrap_argv, limits_argv, write_etc
 from bot.agent.tools.sandbox_run import Outcome, run
@@ -117,12 +119,13 @@ def _host_uid(uid: int) -> int | None:
 
 
 @contextlib.contextmanager
-def _scratch(uid: int | None) -> Iterator[Layout]:
-    """A private host directory for one command, removed afterwards whatever it left."""
+def _scratch(uid: int | None, skills: Mapping[str, Path] | None = None) -> Iterator[Layout]:
+    """A private host directory for one command, removed afterwards whatever it left;
+    ``skills`` (name -> folder) are bound read-only beside it."""
     base = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
     try:
         base.chmod(0o711)  # the sandbox's uid may pass through, not list
-        layout = Layout(workspace=base / "workspace", etc=base / "etc")
+        layout = Layout(workspace=base / "workspace", etc=base / "etc", skills=skills or {})
         layout.workspace.mkdir(mode=0o700)
         if uid is not None:
             os.chown(layout.workspace, uid, uid)
@@ -170,7 +173,7 @@ def _execute(ctx: ToolContext, args: ExecuteArgs) -> str:
         raise ToolError(f"execute is not available: {status.detail}")
     store, ws = ctx.deps.workspace, settings.workspace
     uid = _host_uid(settings.sandbox.uid)
-    with _scratch(uid) as layout:
+    with _scratch(uid, _visible_skills(ctx)) as layout:
         snapshot = materialize(store.files(ctx.workspace), layout.workspace, uid=uid)
         outcome = _run(settings, layout, args.command, unsafe=status.unsafe, uid=uid)
         found = collect(layout.workspace, snapshot, max_file_bytes=ws.max_file_bytes,
@@ -178,6 +181,15 @@ def _execute(ctx: ToolContext, args: ExecuteArgs) -> str:
     done, refused = apply(store, ctx.workspace, snapshot, changes(snapshot, found))
     skipped = [f"{path}: {why}" for path, why in sorted(found.skipped.items())]
     return render(outcome, done=done, refused=refused + skipped)
+
+
+def _visible_skills(ctx: ToolContext) -> dict[str, Path]:
+    """The folders of the skills this run sees, by name (a main turn: its agent's)."""
+    try:
+        found = skills_for(ctx.deps.settings, agent_id=ctx.agent_id, type_name=ctx.subagent_type)
+    except SkillError as exc:  # changed on disk since start-up
+        raise ToolError(f"execute cannot bind the skills: {exc}") from exc
+    return {skill.name: skill.root for skill in found}
 
 
 def _run(

@@ -1,0 +1,168 @@
+"""``execute`` sees the run's skills read-only at ``/skills/<name>``, in a real bubblewrap
+sandbox: a skill's script runs over the workspace, writes into a skill fail, and a run sees
+exactly the skills of its agent and type (docs/skills.md).
+
+The skills are the public-collection-style ones in ``tests/skill_collection`` and the two
+examples shipped in ``docs/skills/examples``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bot.agent.context import ToolContext
+from bot.agent.skills import SKILLS_ROOT, load_skills
+from bot.agent.tools import execute_tool
+from bot.agent.tools.sandbox import sandbox_status, sandbox_tools
+from bot.config import Settings
+from bot.deps import Deps
+from bot.types import ThreadRef
+
+THREAD = ThreadRef(platform="slack", account="T1", chat="C1", thread="1.0")
+SESSION = "agent:main:slack:C1:thread:1.0"
+REPO = Path(__file__).resolve().parents[2]
+COLLECTION = REPO / "tests" / "skill_collection"
+EXAMPLES = REPO / "docs" / "skills" / "examples"
+LIMITS = {"timeout_seconds": 10, "cpu_seconds": 5, "memory_mb": 512, "max_processes": 32,
+          "max_output_bytes": 20_000, "disk_mb": 64}  # fmt: skip
+PDF = (
+    b"%PDF-1.4\n1 0 obj << /Type /Pages /Kids [2 0 R 3 0 R] >> endobj\n"
+    b"2 0 obj << /Type /Page >> stream\nBT (Quarterly report) Tj ET\nendstream endobj\n"
+    b"3 0 obj << /Type /Page >> stream\nBT (Revenue up 12%) Tj (in Q3) Tj ET\nendstream endobj\n"
+    b"%%EOF\n"
+)
+
+
+def make_deps(redis_url: str, **values: Any) -> Deps:
+    settings = Settings(redis_url=redis_url, sandbox=LIMITS, **values)  # type: ignore[arg-type]
+    return Deps.build(settings, client=redis.Redis.from_url(redis_url))
+
+
+@pytest.fixture
+def deps(redis_url: str) -> Iterator[Deps]:
+    """The collection for every agent; the examples for the ``writer`` type only."""
+    types = [{"name": "writer", "description": "Writes.", "skills": [str(EXAMPLES)]}]
+    d = make_deps(redis_url, skills={"dirs": [str(COLLECTION)]}, subagent_types=types)
+    yield d
+    d.close()
+
+
+def execute(deps: Deps, command: str, **kw: Any) -> str:
+    tools = {t.name: t for t in sandbox_tools(deps.settings)}
+    assert "execute" in tools, sandbox_status(deps.settings.sandbox)
+    ctx = ToolContext(deps=deps, session_key=SESSION, thread=THREAD, requester="slack:U1",
+                      agent_id=kw.pop("agent_id", "main"), **kw)  # fmt: skip
+    return execute_tool(tools, name="execute", arguments=json.dumps({"command": command}),
+                        ctx=ctx, max_chars=100_000)  # fmt: skip
+
+
+def tree_digest(root: Path) -> str:
+    """Every path, mode and content under ``root``: equal before and after means untouched."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        h.update(f"{path.relative_to(root)} {path.lstat().st_mode}".encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def test_a_skills_script_runs_over_the_workspace(deps: Deps) -> None:
+    deps.workspace.put_bytes(SESSION, "report.pdf", PDF, create=True, replaces="")
+    out = execute(deps, f"python3 {SKILLS_ROOT}/pdf-tools/scripts/extract.py report.pdf "
+                  "> pages.txt; cat pages.txt")  # fmt: skip
+    assert out.startswith("exit code 0 · "), out
+    assert "files changed: /pages.txt (new, 53 B)" in out
+    assert "stdout:\npage 1: Quarterly report\npage 2: Revenue up 12% in Q3\n" in out
+    assert deps.workspace.get_text(SESSION, "pages.txt").startswith("page 1: Quarterly")
+
+
+def test_every_file_of_a_skill_is_there_as_its_collection_lays_it_out(deps: Deps) -> None:
+    out = execute(deps, "cd /skills && find . -type f | sort; "
+                  "cat pdf-tools/reference/forms/fields.json")  # fmt: skip
+    expected = sorted(
+        f"./{p.relative_to(COLLECTION)}"
+        for p in COLLECTION.rglob("*")
+        if p.is_file() and p.parent != COLLECTION
+    )
+    assert "stdout:\n" + "\n".join(expected) + "\n" in out, out
+    assert '"applicant_name": "text"' in out
+
+
+def test_writes_into_a_skill_fail_and_leave_it_as_it_was(deps: Deps) -> None:
+    before = tree_digest(COLLECTION)
+    out = execute(deps, "echo x > /skills/pdf-tools/SKILL.md; touch /skills/pdf-tools/new; "
+                  "rm -f /skills/pdf-tools/LICENSE.txt; mkdir /skills/mine; "
+                  "chmod 777 /skills/pdf-tools/scripts/extract.py; "
+                  "cp -r /skills/brand-voice copy && echo copied")  # fmt: skip
+    assert out.count("Read-only file system") == 5, out
+    assert "copied" in out  # reading is fine: a copy in the workspace comes back
+    assert "/copy/SKILL.md (new" in out and "/copy/examples/before-after.md (new" in out
+    assert tree_digest(COLLECTION) == before
+
+
+def test_a_run_sees_its_agents_and_types_skills_only(deps: Deps) -> None:
+    main = execute(deps, "ls /skills")
+    writer = execute(deps, "ls /skills", subagent_type="writer")
+    general = execute(deps, "ls /skills", subagent_type="general-purpose")
+    assert "stdout:\nbrand-voice\npdf-tools\nstderr" in main
+    assert "stdout:\nbrand-voice\ncsv-summary\npdf-tools\nrelease-notes\nstderr" in writer
+    assert "stdout:\nbrand-voice\npdf-tools\nstderr" in general
+
+
+def test_without_skills_there_is_no_skills_folder(redis_url: str) -> None:
+    deps = make_deps(redis_url)
+    try:
+        out = execute(deps, "ls /skills; ls /")
+    finally:
+        deps.close()
+    assert "ls: cannot access '/skills': No such file or directory" in out
+    assert "\nskills\n" not in out
+
+
+def test_a_link_in_a_skill_leads_nowhere_on_the_host(redis_url: str, tmp_path: Path) -> None:
+    """The folder is bound, not copied: a link inside it resolves in the sandbox, where
+    nothing of the host but ``/usr`` is."""
+    skill = tmp_path / "skills" / "leaky"
+    (skill / "scripts").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: leaky\ndescription: Links out.\n---\nRead it.\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    tmp_path.chmod(0o755)
+    deps = make_deps(redis_url, skills={"dirs": [str(tmp_path / "skills")]})
+    (skill / "scripts" / "secret").symlink_to(secret)  # after loading: the loader may refuse it
+    try:
+        out = execute(deps, "cat /skills/leaky/SKILL.md; cat /skills/leaky/scripts/secret")
+    finally:
+        deps.close()
+    assert "Read it." in out
+    assert "host secret" not in out
+    assert f"cat: /skills/leaky/scripts/secret: No such file or directory" in out
+
+
+def test_the_example_skills_load_and_the_csv_one_runs_in_the_sandbox(deps: Deps) -> None:
+    examples = load_skills([EXAMPLES])
+    assert sorted(examples) == ["csv-summary", "release-notes"]
+    csv_skill = examples["csv-summary"]
+    assert csv_skill.description.startswith("Summarizes a CSV file")
+    assert "scripts/summarize.py" in csv_skill.files
+    assert "/skills/csv-summary/scripts/summarize.py" in csv_skill.body
+    notes = examples["release-notes"]
+    assert "TEMPLATE.md" in notes.files and "/skills/release-notes/TEMPLATE.md" in notes.body
+    deps.workspace.put_text(SESSION, "data/sales.csv", "city,units,note\nOslo,12,\nBergen,30,rain\n")
+    command = "python3 /skills/csv-summary/scripts/summarize.py data/sales.csv"
+    out = execute(deps, command, subagent_type="writer")
+    assert out.startswith("exit code 0 · "), out
+    assert (
+        "stdout:\ndata/sales.csv: 2 rows, 3 columns\n- city: text, 2 distinct\n"
+        "- units: number, min 12, max 30, mean 21\n- note: text, 1 distinct, 1 empty\n"
+    ) in out
+    missing = execute(deps, "python3 /skills/csv-summary/scripts/summarize.py nope.csv",
+                      subagent_type="writer")  # fmt: skip
+    assert missing.startswith("exit code 2 · ") and "summarize: cannot read nope.csv" in missing

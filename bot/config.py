@@ -263,7 +263,15 @@ class WorkerSettings(_Section):
 
 
 _RUNNABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
-_LOOP_KEYS = ("system_prompt", "tools", "model", "thinking", "output_schema", "require_approval")
+_LOOP_KEYS = (
+    "system_prompt",
+    "tools",
+    "model",
+    "thinking",
+    "output_schema",
+    "require_approval",
+    "skills",
+)
 
 
 class BudgetSettings(_Section):
@@ -318,6 +326,11 @@ class SubagentType(_Section):
         True,
         description="false: a run whose worker died ends unknown instead of resuming "
         "(a compiled runnable resumes from its beginning).",
+    )
+    skills: list[Path] = Field(
+        default_factory=list,
+        description="Directories of skill folders its runs see, besides FANBOT_SKILLS__DIRS "
+        "(docs/skills.md).",
     )
 
     @field_validator("output_schema")
@@ -375,6 +388,11 @@ class AgentSettings(_Section):
     subagent_model: str | None = None
     subagent_thinking: str | None = None
     tools: ToolRule = Field(default_factory=ToolRule, description="This agent's main turns.")
+    skills: list[Path] = Field(
+        default_factory=list,
+        description="Directories of skill folders its main turns (and its general-purpose "
+        "runs) see, besides FANBOT_SKILLS__DIRS (docs/skills.md).",
+    )
 
 
 class ToolPolicy(_Section):
@@ -640,6 +658,24 @@ class WorkspaceSettings(_Section):
     max_files: int = Field(1_000, ge=1, le=100_000, description="Files per session workspace.")
 
 
+class SkillsSettings(_Section):
+    """Agent Skills: folders with a ``SKILL.md`` the agents load on demand (docs/skills.md)."""
+
+    dirs: list[Path] = Field(
+        default_factory=list, description="Directories of skill folders every agent sees."
+    )
+    max_skill_bytes: int = Field(
+        5_000_000, ge=1_000, le=500_000_000, description="One skill's files together, at most."
+    )
+    max_files: int = Field(200, ge=1, le=10_000, description="Files in one skill, at most.")
+    max_body_chars: int = Field(
+        50_000, ge=100, le=1_000_000, description="A SKILL.md's instructions, at most."
+    )
+    max_skills: int = Field(
+        100, ge=1, le=1_000, description="Skills one agent or type sees, at most."
+    )
+
+
 class AttachmentSettings(_Section):
     """Files in and out of the thread: what a person posts, what a run writes under out/."""
 
@@ -870,6 +906,7 @@ class Settings(BaseSettings):
     search: SearchSettings = Field(default_factory=SearchSettings)
     workspace: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
     attachments: AttachmentSettings = Field(default_factory=AttachmentSettings)
+    skills: SkillsSettings = Field(default_factory=SkillsSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
     ops: OpsSettings = Field(default_factory=OpsSettings)

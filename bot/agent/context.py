@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bot.agent.skills import Skill
 from bot.deps import Deps
 from bot.models.completion import ChatModel
 from bot.runs.join import JoinPlan
@@ -43,6 +44,7 @@ class ToolContext:
     join: JoinPlan | None = None
     chain_exhausted: bool = False
     turn_message: str = ""
+    skills: tuple[Skill, ...] = ()
 
     @property
     def workspace(self) -> str:

@@ -13,16 +13,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import redis
 
-from bot.agent import policy
+from bot.agent import policy, skills
 from bot.agent.session_tools import SESSION_TOOLS_LIST
-from bot.agent.skills import Skill, SkillError, skills_for
 from bot.agent.subagent_types import available_tools, subagent_types, tools_for_type
 from bot.agent.tools.mcp import McpPool
 from bot.agent.tools.sandbox import sandbox_status
@@ -323,23 +322,17 @@ def _tool_checks(settings: Settings, mcp: McpPool) -> list[Check]:
 
 
 def check_skills(settings: Settings) -> list[Check]:
-    """The skills each agent's main turns and each subagent type see (docs/skills.md), or
-    the one line of the first skill that cannot be loaded (it names the file)."""
-    checks = []
+    """The skills each agent's main turns and each subagent type see (docs/skills.md), as
+    start-up loads them; or the one line naming the file of a skill that cannot load."""
     try:
-        for agent_id in sorted({settings.agent_id, *settings.agents}):
-            seen = skills_for(settings, agent_id=agent_id, type_name=None)
-            checks.append(Check(name=f"skills {agent_id}", ok=True, detail=_names(seen)))
-        for name in subagent_types(settings):
-            seen = skills_for(settings, agent_id=settings.agent_id, type_name=name)
-            checks.append(Check(name=f"skills type {name}", ok=True, detail=_names(seen)))
-    except SkillError as exc:
+        seen = skills.check_skills(settings)
+    except skills.SkillError as exc:
         return [Check(name="skills", ok=False, detail=str(exc))]
-    return checks
-
-
-def _names(skills: Sequence[Skill]) -> str:
-    return ", ".join(s.name for s in skills) or "(none)"
+    return [
+        Check(name=f"skills {who.removeprefix('agent ')}", ok=True,
+              detail=", ".join(s.name for s in found) or "(none)")
+        for who, found in seen.items()
+    ]  # fmt: skip
 
 
 def check_sandbox(settings: Settings) -> Check:

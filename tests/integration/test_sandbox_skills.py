@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ import pytest
 import redis
 
 from bot.agent.context import ToolContext
-from bot.agent.skills import SKILLS_ROOT, load_skills
+from bot.agent.skills import SKILLS_ROOT, load_skills, skills_for
 from bot.agent.tools import execute_tool
 from bot.agent.tools.sandbox import sandbox_status, sandbox_tools
 from bot.config import Settings
@@ -47,18 +50,26 @@ def make_deps(redis_url: str, **values: Any) -> Deps:
 
 @pytest.fixture
 def deps(redis_url: str) -> Iterator[Deps]:
-    """The collection for every agent; the examples for the ``writer`` type only."""
+    """The collection for everyone; the examples for the ``writer`` type and the ``ops``
+    agent's main turns besides."""
     types = [{"name": "writer", "description": "Writes.", "skills": [str(EXAMPLES)]}]
-    d = make_deps(redis_url, skills={"dirs": [str(COLLECTION)]}, subagent_types=types)
+    agents = {"ops": {"skills": [str(EXAMPLES)]}}
+    d = make_deps(redis_url, skills={"dirs": [str(COLLECTION)]}, subagent_types=types,
+                  agents=agents)  # fmt: skip
     yield d
     d.close()
 
 
-def execute(deps: Deps, command: str, **kw: Any) -> str:
+def execute(
+    deps: Deps, command: str, *, agent_id: str = "main", type_name: str | None = None
+) -> str:
+    """``command`` through the real tool, in a run of ``agent_id`` (a subagent run of
+    ``type_name``) that sees the skills start-up gives it."""
     tools = {t.name: t for t in sandbox_tools(deps.settings)}
     assert "execute" in tools, sandbox_status(deps.settings.sandbox)
+    seen = skills_for(deps.settings, agent_id=agent_id, type_name=type_name)
     ctx = ToolContext(deps=deps, session_key=SESSION, thread=THREAD, requester="slack:U1",
-                      agent_id=kw.pop("agent_id", "main"), **kw)  # fmt: skip
+                      agent_id=agent_id, skills=tuple(seen))  # fmt: skip
     return execute_tool(tools, name="execute", arguments=json.dumps({"command": command}),
                         ctx=ctx, max_chars=100_000)  # fmt: skip
 
@@ -78,7 +89,7 @@ def test_a_skills_script_runs_over_the_workspace(deps: Deps) -> None:
     out = execute(deps, f"python3 {SKILLS_ROOT}/pdf-tools/scripts/extract.py report.pdf "
                   "> pages.txt; cat pages.txt")  # fmt: skip
     assert out.startswith("exit code 0 · "), out
-    assert "files changed: /pages.txt (new, 53 B)" in out
+    assert "files changed: /pages.txt (new, 54 B)" in out
     assert "stdout:\npage 1: Quarterly report\npage 2: Revenue up 12% in Q3\n" in out
     assert deps.workspace.get_text(SESSION, "pages.txt").startswith("page 1: Quarterly")
 
@@ -108,12 +119,13 @@ def test_writes_into_a_skill_fail_and_leave_it_as_it_was(deps: Deps) -> None:
 
 
 def test_a_run_sees_its_agents_and_types_skills_only(deps: Deps) -> None:
-    main = execute(deps, "ls /skills")
-    writer = execute(deps, "ls /skills", subagent_type="writer")
-    general = execute(deps, "ls /skills", subagent_type="general-purpose")
-    assert "stdout:\nbrand-voice\npdf-tools\nstderr" in main
-    assert "stdout:\nbrand-voice\ncsv-summary\npdf-tools\nrelease-notes\nstderr" in writer
-    assert "stdout:\nbrand-voice\npdf-tools\nstderr" in general
+    everyone = "stdout:\nbrand-voice\npdf-tools\nstderr"
+    more = "stdout:\nbrand-voice\ncsv-summary\npdf-tools\nrelease-notes\nstderr"
+    assert everyone in execute(deps, "ls /skills")
+    assert more in execute(deps, "ls /skills", agent_id="ops")
+    assert more in execute(deps, "ls /skills", type_name="writer")
+    assert everyone in execute(deps, "ls /skills", type_name="general-purpose")
+    assert everyone in execute(deps, "ls /skills", agent_id="ops", type_name="explore")
 
 
 def test_without_skills_there_is_no_skills_folder(redis_url: str) -> None:
@@ -126,24 +138,66 @@ def test_without_skills_there_is_no_skills_folder(redis_url: str) -> None:
     assert "\nskills\n" not in out
 
 
-def test_a_link_in_a_skill_leads_nowhere_on_the_host(redis_url: str, tmp_path: Path) -> None:
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory every uid may enter (as an operator's skills directory is; pytest's
+    own are closed to the sandbox's uid when the tests run as root)."""
+    where = Path(tempfile.mkdtemp(prefix="fanbot-skills-test-"))
+    where.chmod(0o755)
+    yield where
+    shutil.rmtree(where)
+
+
+def write_skill(folder: Path, body: str = "Read it.") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for d in (folder, folder.parent):
+        d.chmod(0o755)
+    name = folder.name
+    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: Test.\n---\n{body}\n")
+
+
+def test_a_link_in_a_skill_leads_nowhere_on_the_host(redis_url: str, open_dir: Path) -> None:
     """The folder is bound, not copied: a link inside it resolves in the sandbox, where
     nothing of the host but ``/usr`` is."""
-    skill = tmp_path / "skills" / "leaky"
-    (skill / "scripts").mkdir(parents=True)
-    (skill / "SKILL.md").write_text("---\nname: leaky\ndescription: Links out.\n---\nRead it.\n")
-    secret = tmp_path / "secret.txt"
+    skill = open_dir / "skills" / "leaky"
+    write_skill(skill)
+    (skill / "scripts").mkdir(mode=0o755)
+    secret = open_dir / "secret.txt"
     secret.write_text("host secret")
-    tmp_path.chmod(0o755)
-    deps = make_deps(redis_url, skills={"dirs": [str(tmp_path / "skills")]})
-    (skill / "scripts" / "secret").symlink_to(secret)  # after loading: the loader may refuse it
+    deps = make_deps(redis_url, skills={"dirs": [str(open_dir / "skills")]})
     try:
-        out = execute(deps, "cat /skills/leaky/SKILL.md; cat /skills/leaky/scripts/secret")
+        assert "Read it." in execute(deps, "cat /skills/leaky/SKILL.md")
+        # Added after loading (the loader refuses a link that leaves the skill, but a
+        # folder can change under a running worker): it is still only a name in there.
+        (skill / "scripts" / "secret").symlink_to(secret)
+        out = execute(deps, "cat /skills/leaky/scripts/secret; ls /skills/leaky/scripts")
     finally:
         deps.close()
-    assert "Read it." in out
     assert "host secret" not in out
-    assert f"cat: /skills/leaky/scripts/secret: No such file or directory" in out
+    assert "cat: /skills/leaky/scripts/secret: No such file or directory" in out
+    assert "stdout:\nsecret\n" in out
+
+
+def test_a_skill_the_sandboxs_uid_cannot_reach_is_left_out_saying_why(
+    redis_url: str, open_dir: Path
+) -> None:
+    write_skill(open_dir / "skills" / "open")
+    write_skill(open_dir / "skills" / "closed")
+    (open_dir / "skills" / "closed").chmod(0o700)
+    deps = make_deps(redis_url, skills={"dirs": [str(open_dir / "skills")]})
+    try:
+        out = execute(deps, "ls /skills")
+    finally:
+        deps.close()
+    if os.geteuid() == 0:  # a root worker starts the sandbox as sandbox.uid (65534)
+        closed = open_dir / "skills" / "closed"
+        assert out.startswith("exit code 0 · "), out
+        assert (
+            f"skills not mounted: /skills/closed ({closed} is closed to uid 65534, the "
+            "sandbox's (FANBOT_SANDBOX__UID))\nstdout:\nopen\n"
+        ) in out
+    else:  # the worker's own uid, which loaded both
+        assert "stdout:\nclosed\nopen\n" in out and "not mounted" not in out
 
 
 def test_the_example_skills_load_and_the_csv_one_runs_in_the_sandbox(deps: Deps) -> None:
@@ -155,14 +209,16 @@ def test_the_example_skills_load_and_the_csv_one_runs_in_the_sandbox(deps: Deps)
     assert "/skills/csv-summary/scripts/summarize.py" in csv_skill.body
     notes = examples["release-notes"]
     assert "TEMPLATE.md" in notes.files and "/skills/release-notes/TEMPLATE.md" in notes.body
-    deps.workspace.put_text(SESSION, "data/sales.csv", "city,units,note\nOslo,12,\nBergen,30,rain\n")
+    deps.workspace.put_text(
+        SESSION, "data/sales.csv", "city,units,note\nOslo,12,\nBergen,30,rain\n"
+    )
     command = "python3 /skills/csv-summary/scripts/summarize.py data/sales.csv"
-    out = execute(deps, command, subagent_type="writer")
+    out = execute(deps, command, type_name="writer")
     assert out.startswith("exit code 0 · "), out
     assert (
         "stdout:\ndata/sales.csv: 2 rows, 3 columns\n- city: text, 2 distinct\n"
         "- units: number, min 12, max 30, mean 21\n- note: text, 1 distinct, 1 empty\n"
     ) in out
     missing = execute(deps, "python3 /skills/csv-summary/scripts/summarize.py nope.csv",
-                      subagent_type="writer")  # fmt: skip
+                      type_name="writer")  # fmt: skip
     assert missing.startswith("exit code 2 · ") and "summarize: cannot read nope.csv" in missing

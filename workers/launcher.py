@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
+from bot.agent.skills import check_skills
 from bot.config import Settings, load_settings
 from bot.deps import Deps
 from bot.errors import ConfigError, RedisUnavailable
@@ -404,6 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     settings = with_pool_options(load_settings(), args)
     configure_logging(settings)
+    check_skills(settings)  # a broken skill stops start-up in one line (docs/skills.md)
     queues = [q for q in args.queues.split(",") if q]
     if args.single or args.burst:
         run_single(settings, queues, burst=args.burst, parent_pid=args.parent_pid)

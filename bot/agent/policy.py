@@ -14,8 +14,9 @@ configured (:meth:`~bot.agent.tools.Tool.configured`).
 
 An allow list only narrows the ordinary tools. The main agent's session tools
 (``sessions_spawn``…) are its purpose, so an allow list meant for, say, subagents never
-removes them: only a deny that names them does. Subagents never get session tools (they are
-leaves).
+removes them: only a deny that names them does. ``load_skill`` is kept the same way for
+every agent (an agent that sees no skill is not given it; docs/skills.md). Subagents never get
+session tools (they are leaves).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from bot.agent.tools import SESSION_TOOLS, Tool
+from bot.agent.tools.skills import LOAD_SKILL
 from bot.config import Settings, SubagentType
 
 
@@ -34,6 +36,9 @@ class Rule:
 
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+
+
+SKILL_TOOLS = frozenset({LOAD_SKILL})
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
@@ -78,12 +83,13 @@ def subagent_rules(settings: Settings, sub_type: SubagentType) -> list[Rule]:
 def main_agent_tools(settings: Settings, agent_id: str, pool: Sequence[Tool]) -> list[Tool]:
     """The main agent's tools out of ``pool`` (session tools included)."""
     by_name = {t.name: t for t in pool}
-    kept = apply(list(by_name), main_agent_rules(settings, agent_id), protected=SESSION_TOOLS)
+    protected = SESSION_TOOLS | {LOAD_SKILL}
+    kept = apply(list(by_name), main_agent_rules(settings, agent_id), protected=protected)
     return [by_name[n].configured(settings) for n in kept]
 
 
 def subagent_tools(settings: Settings, sub_type: SubagentType, pool: Sequence[Tool]) -> list[Tool]:
     """A subagent type's tools out of ``pool`` (never a session tool)."""
     by_name = {t.name: t for t in pool if t.name not in SESSION_TOOLS}
-    kept = apply(list(by_name), subagent_rules(settings, sub_type))
+    kept = apply(list(by_name), subagent_rules(settings, sub_type), protected=SKILL_TOOLS)
     return [by_name[n].configured(settings) for n in kept]

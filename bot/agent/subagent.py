@@ -32,9 +32,11 @@ from bot.agent.loop import Gate, run_calls, run_loop
 from bot.agent.model_errors import model_error_text
 from bot.agent.resume import pending_step, steps_taken
 from bot.agent.session_tools import SESSION_TOOLS_LIST
+from bot.agent.skills import skills_block, visible_skills
 from bot.agent.subagent_types import subagent_types, tools_for_type
 from bot.agent.tools import Tool
 from bot.agent.tools.mcp import McpPool
+from bot.agent.tools.skills import for_agent
 from bot.deps import Deps
 from bot.errors import ModelCallFailed, RunFailed, RunParked
 from bot.models.completion import ChatModel
@@ -81,9 +83,11 @@ class SubagentBody:
     def __call__(self, record: RunRecord, *, control: LoopControl, meter: Meter) -> LoopResult:
         deps = self.deps
         sub_type = subagent_types(deps.settings)[record.subagent_type]
-        system = "\n\n".join(
-            p for p in (system_prompt(deps.settings, record.subagent_type), UNTRUSTED_RULE) if p
+        skills = tuple(
+            visible_skills(deps.settings, agent_id=record.agent_id, type_name=sub_type.name)
         )
+        prompt = system_prompt(deps.settings, record.subagent_type)
+        system = "\n\n".join(p for p in (prompt, skills_block(skills), UNTRUSTED_RULE) if p)
         if sub_type.output_schema is not None:
             system += structured.instructions(sub_type.output_schema)
         if self.resume_join:
@@ -106,8 +110,9 @@ class SubagentBody:
             model=self.model,
             run_id=record.run_id,
             join=plan_run_join(deps.settings, record, record.rounds),
+            skills=skills,
         )
-        tools = tools_for_type(sub_type, deps.settings, mcp=self.mcp)
+        tools = for_agent(tools_for_type(sub_type, deps.settings, mcp=self.mcp), skills)
         if may_nest(deps.settings, record):
             tools += [t.configured(deps.settings) for t in SESSION_TOOLS_LIST if t.name in NEST]
         max_steps = deps.settings.openai.max_steps

@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,9 +31,11 @@ from bot.agent.loop import Gate, LoopControl, Meter, run_calls, run_loop
 from bot.agent.model_errors import model_error_text
 from bot.agent.resume import PendingStep, pending_step, steps_taken
 from bot.agent.session_tools import SESSION_TOOLS_LIST
+from bot.agent.skills import Skill, skills_block, visible_skills
 from bot.agent.subagent_types import available_tools
 from bot.agent.tools import Tool
 from bot.agent.tools.mcp import McpPool
+from bot.agent.tools.skills import for_agent
 from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import BudgetExceeded, RunInterrupted, RunParked
@@ -87,13 +89,13 @@ def main_agent_tools(
     return policy.main_agent_tools(settings, agent_id, pool)
 
 
-def system_prompt(settings: Settings, agent_id: str) -> str:
-    """The agent's configured prompt, else the default one for the fan-in mode; either way
-    followed by the untrusted-content rule."""
+def system_prompt(settings: Settings, agent_id: str, *, skills: Sequence[Skill] = ()) -> str:
+    """The agent's configured prompt, else the default one for the fan-in mode; then the
+    skills it sees (docs/skills.md); last the untrusted-content rule."""
     configured = settings.agent(agent_id).system_prompt
     fan_in = FAN_IN_OFF if settings.subagents.announce == "cards" else FAN_IN_ON
     prompt = configured or DEFAULT_SYSTEM_PROMPT.format(fan_in=fan_in)
-    return f"{prompt}\n\n{UNTRUSTED_RULE}"
+    return "\n\n".join(p for p in (prompt, skills_block(skills), UNTRUSTED_RULE) if p)
 
 
 def execute_turn(
@@ -147,9 +149,11 @@ def _execute(
         deps.turn_attempts.record(job.reply_key, [user_message], first=True)
     steps = recorded[1:]
     summary = deps.summaries.get(job.session_key)  # older turns compacted (docs/models.md)
+    skills = tuple(visible_skills(deps.settings, agent_id=job.agent_id, type_name=None))
+    system = system_prompt(deps.settings, job.agent_id, skills=skills)
     messages: list[dict[str, Any]] = with_summary(
         [
-            {"role": "system", "content": system_prompt(deps.settings, job.agent_id)},
+            {"role": "system", "content": system},
             *history,
             user_message,
             *steps,
@@ -168,6 +172,7 @@ def _execute(
         chain_exhausted=chain_exhausted(deps.settings, job),
         turn_message=str(user_message.get("content") or "") if job.kind == "message" else "",
         spawned=spawned_in(steps),
+        skills=skills,
     )
     try:
         text = _answer(deps, model, job, messages, ctx, mcp, steps=steps, job_id=job_id)
@@ -320,7 +325,7 @@ def _answer(
         return over
     guard = turn_guard(deps, session_key=job.session_key, user=ctx.requester, checkpoint=checkpoint)
     agent = deps.settings.agent(job.agent_id)
-    tools = main_agent_tools(deps.settings, job.agent_id, mcp=mcp)
+    tools = for_agent(main_agent_tools(deps.settings, job.agent_id, mcp=mcp), ctx.skills)
     control = LoopControl(
         checkpoint=checkpoint,
         budget=guard,

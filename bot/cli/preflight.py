@@ -2,13 +2,17 @@
 
 ``fanbot gateway``, ``fanbot worker`` and ``fanbot console --external-redis`` ping Redis
 first: without it they could only fail later with a traceback (or, for workers, restart
-forever).
+forever). Every serving command (and the worker launcher, :mod:`workers.launcher`) also
+loads every skill the agents and subagent types see (:func:`require_skills`): a malformed
+``SKILL.md``, a duplicate name or an oversized skill is one line naming the file.
 """
 
 from __future__ import annotations
 
 import redis
 
+from bot.agent.skills import check_skills
+from bot.config import Settings
 from bot.config_check import public_url
 from bot.errors import RedisUnavailable
 from bot.redis.connect import Connection, connect
@@ -32,6 +36,16 @@ def require_redis(url: str, *, timeout: float = 5.0) -> None:
         raise RedisUnavailable(redis_unreachable(url, exc)) from None
     finally:
         connection.close()
+
+
+def require_skills(settings: Settings) -> None:
+    """Return once every skill each agent and subagent type sees loads (docs/skills.md).
+
+    Raises:
+        SkillError: One does not (a :class:`~bot.errors.ConfigError`: one line naming the
+            file).
+    """
+    check_skills(settings)
 
 
 def redis_unreachable(url: str, exc: BaseException) -> str:

@@ -92,11 +92,13 @@ def console(
     ] = False,
 ) -> None:
     """Run everything locally: private Redis, workers, and a terminal chat."""
-    from bot.cli.preflight import require_redis
+    from bot.cli.preflight import require_redis, require_skills
     from bot.console.app import run_console
 
     settings = _settings("console")
     _log_to("console", settings, settings.state_dir / "console.log")
+    with startup("console"):
+        require_skills(settings)
     if external_redis:
         with startup("console"):
             require_redis(settings.redis_url)
@@ -123,12 +125,14 @@ NO_PLATFORM = (
 @app.command()
 def gateway() -> None:
     """Serve every platform whose credentials are configured (no LLM work here)."""
+    from bot.cli.preflight import require_skills
     from bot.cli.wiring import build_adapters
     from bot.redis.watch import wait_until_reachable
 
     settings = _settings("gateway")
     _log_to("gateway", settings, None)
     with startup("gateway"):
+        require_skills(settings)
         adapters = build_adapters(settings)
         if not adapters:
             raise ConfigError(NO_PLATFORM)

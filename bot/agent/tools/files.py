@@ -7,6 +7,9 @@ files from any worker host. Paths are virtual and rooted at the workspace (``a.m
 ``/a.md``). ``write_file`` creates and never overwrites, as in deepagents: runs working
 at once in one workspace cannot silently clobber each other's files; ``edit_file`` is a
 compare-and-set, so two edits of one file never lose one.
+
+Under ``/skills`` the tools read the skills the agent sees instead, read-only, from the
+worker's disk (:mod:`bot.agent.tools.skills`; docs/skills.md).
 """
 
 from __future__ import annotations
@@ -14,17 +17,21 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from pydantic import AliasChoices, BaseModel, Field
 
 from bot.agent.context import ToolContext
+from bot.agent.skills import SKILLS_ROOT
 from bot.agent.tools import Tool
 from bot.agent.tools.globs import Glob, compile_glob
+from bot.agent.tools.skills import is_skill_path, refuse_write, skill_files
 from bot.config import Settings
 from bot.store.workspace import (
     FileChanged,
     FileExists,
+    Workspace,
     WorkspaceError,
     content_hash,
     decode_text,
@@ -76,17 +83,55 @@ class GrepArgs(BaseModel):
     output_mode: Literal["files_with_matches", "content", "count"] = "files_with_matches"
 
 
+class _Files(Protocol):
+    """Where the file tools read: the session workspace, or the skills under ``/skills``."""
+
+    def paths(self) -> list[str]: ...
+    def sizes(self, paths: list[str]) -> list[int]: ...
+    def read_many(self, paths: list[str]) -> Iterator[bytes]: ...
+    def get_bytes(self, path: str) -> bytes | None: ...
+
+
+@dataclass(frozen=True)
+class _Workspace:
+    store: Workspace
+    session: str
+
+    def paths(self) -> list[str]:
+        return self.store.paths(self.session)
+
+    def sizes(self, paths: list[str]) -> list[int]:
+        return self.store.sizes(self.session, paths)
+
+    def read_many(self, paths: list[str]) -> Iterator[bytes]:
+        return self.store.read_many(self.session, paths)
+
+    def get_bytes(self, path: str) -> bytes | None:
+        return self.store.get_bytes(self.session, path)
+
+
+def _source(ctx: ToolContext, path: str) -> _Files:
+    """The skills for a path under ``/skills``, else the workspace."""
+    if is_skill_path(path):
+        return skill_files(ctx)
+    return _Workspace(ctx.deps.workspace, ctx.workspace)
+
+
 def _ls(ctx: ToolContext, args: LsArgs) -> str:
     root = normalize_path(args.path, directory=True)
-    store = ctx.deps.workspace
-    paths = store.paths(ctx.workspace)
+    store = _source(ctx, root)
+    paths = store.paths()
     if root in paths:
-        return f"{root}  {units.size(store.sizes(ctx.workspace, [root])[0], precise=True)}"
+        return f"{root}  {units.size(store.sizes([root])[0], precise=True)}"
     files, dirs = _children(root, paths)
+    if root == "/" and ctx.skills:  # the skills' read-only folder (docs/skills.md)
+        dirs[SKILLS_ROOT] = len(skill_files(ctx).paths())
     if not files and not dirs:
+        if root == SKILLS_ROOT:
+            return "(no skills here)"
         return "(the workspace is empty)" if root == "/" else f"error: no directory {root}"
     lines = [f"{d}/  ({n} file{'s' * (n != 1)})" for d, n in sorted(dirs.items())]
-    sizes = store.sizes(ctx.workspace, files)
+    sizes = store.sizes(files)
     lines += [f"{p}  {units.size(s, precise=True)}" for p, s in zip(files, sizes, strict=True)]
     return "\n".join(lines)
 
@@ -109,9 +154,10 @@ def _children(root: str, paths: list[str]) -> tuple[list[str], dict[str, int]]:
 
 def _read_file(ctx: ToolContext, args: ReadFileArgs) -> str:
     path = normalize_path(args.file_path)
-    text = ctx.deps.workspace.get_text(ctx.workspace, path)
-    if text is None:
+    data = _source(ctx, path).get_bytes(path)
+    if data is None:
         return f"error: file {path} not found"
+    text = decode_text(path, data)
     if not text:
         return "System reminder: file exists but has empty contents"
     lines = text.splitlines()
@@ -133,6 +179,8 @@ def _cut(line: str) -> str:
 
 def _write_file(ctx: ToolContext, args: WriteFileArgs) -> str:
     path = normalize_path(args.file_path)
+    if is_skill_path(path):
+        raise refuse_write(path)
     try:
         ctx.deps.workspace.put_text(ctx.workspace, path, args.content, create=True)
     except FileExists:
@@ -146,6 +194,8 @@ def _edit_file(ctx: ToolContext, args: EditFileArgs) -> str:
     if args.old_string == args.new_string:
         raise WorkspaceError("old_string and new_string are the same; nothing to change")
     path = normalize_path(args.file_path)
+    if is_skill_path(path):
+        raise refuse_write(path)
     store = ctx.deps.workspace
     for _ in range(_EDIT_ATTEMPTS):  # another run may write the file between read and write
         data = store.get_bytes(ctx.workspace, path)
@@ -175,7 +225,8 @@ def _replace(path: str, text: str, args: EditFileArgs) -> tuple[str, int]:
 
 def _grep(ctx: ToolContext, args: GrepArgs) -> str:
     root = normalize_path(args.path or "/", directory=True)
-    paths = [p for p in ctx.deps.workspace.paths(ctx.workspace) if _under(p, root)]
+    store = _source(ctx, root)
+    paths = [p for p in store.paths() if _under(p, root)]
     if args.glob and args.glob.count("*") > MAX_GLOB_STARS:
         # The matcher is linear (bot.agent.tools.globs); this only keeps globs readable.
         raise WorkspaceError(f"glob has more than {MAX_GLOB_STARS} '*'")
@@ -183,7 +234,7 @@ def _grep(ctx: ToolContext, args: GrepArgs) -> str:
         compiled = compile_glob(args.glob.lstrip("/"))
         paths = [p for p in paths if _glob_match(args.glob, compiled, p, root)]
     hits: list[str] = []
-    for path, lines in _search(ctx, paths, args.pattern):
+    for path, lines in _search(store, paths, args.pattern):
         if args.output_mode == "files_with_matches":
             hits.append(path)
         elif args.output_mode == "count":
@@ -200,12 +251,12 @@ def _under(path: str, root: str) -> bool:
 
 
 def _search(
-    ctx: ToolContext, paths: list[str], needle: str
+    store: _Files, paths: list[str], needle: str
 ) -> Iterator[tuple[str, list[tuple[int, str]]]]:
     """Files holding ``needle`` with their matching lines, in path order. Literal text, not
     a regex: no pattern can make a worker backtrack for minutes."""
     raw_needle = needle.encode()
-    for path, data in zip(paths, ctx.deps.workspace.read_many(ctx.workspace, paths), strict=True):
+    for path, data in zip(paths, store.read_many(paths), strict=True):
         if raw_needle not in data:
             continue
         try:
@@ -229,7 +280,8 @@ def file_tools(settings: Settings) -> list[Tool]:
     return [
         Tool(name="ls", args=LsArgs, run=_ls, repeat_safe=True,
              description="List the files and directories directly under a workspace directory "
-             "(the workspace is shared with the main agent and its other subagents)."),
+             "(the workspace is shared with the main agent and its other subagents; "
+             "/skills holds the skills' files, read-only)."),
         Tool(name="read_file", args=ReadFileArgs, run=_read_file, repeat_safe=True,
              untrusted_output=True,
              description="Read a text file from the workspace, numbered like `cat -n`; use "

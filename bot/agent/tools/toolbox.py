@@ -14,6 +14,7 @@ from bot.agent.tools import BUILTIN_TOOLS, Tool, load_plugin_tools
 from bot.agent.tools.files import file_tools
 from bot.agent.tools.mcp import McpPool, mcp_tools
 from bot.agent.tools.sandbox import sandbox_tools
+from bot.agent.tools.skills import skill_tools
 from bot.agent.tools.web import web_tools
 from bot.config import Settings
 
@@ -31,6 +32,7 @@ def _plugins(settings: Settings) -> list[Tool]:
 FAMILIES: list[Family] = [
     _builtin,
     file_tools,
+    skill_tools,
     sandbox_tools,
     web_tools,
     _plugins,

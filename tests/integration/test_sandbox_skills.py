@@ -222,3 +222,25 @@ def test_the_example_skills_load_and_the_csv_one_runs_in_the_sandbox(deps: Deps)
     missing = execute(deps, "python3 /skills/csv-summary/scripts/summarize.py nope.csv",
                       type_name="writer")  # fmt: skip
     assert missing.startswith("exit code 2 · ") and "summarize: cannot read nope.csv" in missing
+
+
+def test_unsafe_host_mode_says_the_skills_are_not_mounted(redis_url: str) -> None:
+    unsafe = Settings(redis_url=redis_url, skills={"dirs": [str(COLLECTION)]},  # type: ignore[arg-type]
+                      sandbox={**LIMITS, "mode": "unsafe-host"})  # type: ignore[arg-type]  # fmt: skip
+    deps = Deps.build(unsafe, client=redis.Redis.from_url(redis_url))
+    try:
+        out = execute(deps, "echo ran")
+    finally:
+        deps.close()
+    assert "skills not mounted: /skills (unsafe-host mode: no sandbox)\nstdout:\nran\n" in out
+
+
+def test_executes_description_names_the_skills_folder_only_when_there_are_skills() -> None:
+    def described(**values: Any) -> str:
+        [tool] = sandbox_tools(Settings(**values))
+        return tool.description
+
+    assert "/skills" not in described()
+    assert "read-only at /skills/<name>/" in described(skills={"dirs": [str(COLLECTION)]})
+    types = [{"name": "writer", "description": "Writes.", "skills": [str(EXAMPLES)]}]
+    assert "read-only at /skills/<name>/" in described(subagent_types=types)

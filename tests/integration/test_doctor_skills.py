@@ -7,6 +7,7 @@ Real CLI in a subprocess, against the test Redis and the fake model endpoint.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -70,3 +71,23 @@ async def test_a_malformed_skill_is_one_bad_line_naming_its_file(
     line = report.line("skills")
     assert line.startswith("BAD  skills: ") and str(broken / "SKILL.md") in line, line
     assert "skills main" not in report.stdout
+
+
+async def test_a_skill_the_sandbox_could_not_mount_is_a_warning(
+    tmp_path: Path, redis_url: str, model: FakeOpenAI
+) -> None:
+    closed = tmp_path / "closed"
+    (closed / "notes").mkdir(parents=True)
+    (closed / "notes" / "SKILL.md").write_text("---\nname: notes\ndescription: Notes.\n---\nHi\n")
+    closed.chmod(0o700)
+    env = {"FANBOT_SKILLS__DIRS": json.dumps([str(closed)])}
+    report = await doctor(tmp_path, **base(redis_url, model), **env)
+    assert report.line("skills main") == "ok   skills main: notes"
+    if os.geteuid() == 0:  # a root worker's sandbox runs as FANBOT_SANDBOX__UID (65534)
+        assert report.line("skills in the sandbox") == (
+            f"warn skills in the sandbox: execute would not mount /skills/notes ({closed} is "
+            "closed to uid 65534, the sandbox's (FANBOT_SANDBOX__UID)): make the skill "
+            "directories readable by others (chmod -R o+rX), or run the worker as a user"
+        )
+    else:  # the worker's own uid mounts what it loaded
+        assert "skills in the sandbox" not in report.stdout

@@ -104,6 +104,14 @@ def test_every_file_of_a_skill_is_there_as_its_collection_lays_it_out(deps: Deps
     )
     assert "stdout:\n" + "\n".join(expected) + "\n" in out, out
     assert '"applicant_name": "text"' in out
+    # The loader reads the collection's front matter as its authors meant it.
+    pdf = load_skills([COLLECTION])["pdf-tools"]
+    assert pdf.description == (
+        "Extracts the text and the form fields of PDF files and fills PDF forms. Use when the "
+        "user works with a PDF: reading it, pulling out a table, or filling in a form."
+    )
+    assert pdf.body.startswith("# PDF tools\n")
+    assert [f"./pdf-tools/{f}" for f in pdf.files] == [e for e in expected if "/pdf-tools/" in e]
 
 
 def test_writes_into_a_skill_fail_and_leave_it_as_it_was(deps: Deps) -> None:

@@ -1,14 +1,14 @@
-"""A subagent uses a skill the way the format intends, on forked workers: it sees the
-skill's name and description in its system prompt, loads the instructions with
-``load_skill``, runs the skill's script with ``execute`` in the real bubblewrap sandbox
-(the skill read-only at ``/skills/csv-summary``) over a file its requester wrote, and
-announces what the script printed. ``/subagents log 1 tools`` then shows the whole run.
+"""A subagent loads a skill and uses one of its files, end to end: a message, a spawn, forked
+workers, ``load_skill``, ``read_file`` under ``/skills``, an announce that carries what the
+file said, and ``/subagents log 1 tools`` showing each step.
 
-The skill is the ``csv-summary`` example shipped in ``docs/skills/examples``.
+The skill is written the way public collections write them (tests/skill_support.py); the
+workers read it from ``FANBOT_SKILLS__DIRS``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -26,88 +26,67 @@ from bot.testing import (
     until,
 )
 from tests.e2e.conftest import stack_values
+from tests.skill_support import pdf_forms, release_notes
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "skills" / "examples"
-SCRIPT = "python3 /skills/csv-summary/scripts/summarize.py data/sales.csv"
-CSV = "city,units,note\nOslo,12,\nBergen,30,rain\nTromsø,9,snow\n"
-TYPES = [
-    {
-        "name": "analyst",
-        "description": "Looks into data files.",
-        "skills": [str(EXAMPLES)],
-    }
-]
+FIELDS = "/skills/pdf-forms/references/fields.md"
 
 
-def last_result(req: ChatRequest, tool: str) -> str:
+def result_of(req: ChatRequest, tool: str) -> str:
     return next(r.content for r in reversed(req.tool_results) if r.name == tool)
 
 
-def analyst(req: ChatRequest) -> Text | ToolCalls:
-    """The subagent: load the skill, run the command its instructions give, report."""
+def subagent_steps(req: ChatRequest) -> Text | ToolCalls:
     done = [r.name for r in req.tool_results]
     if "load_skill" not in done:
-        return ToolCalls([Call("load_skill", {"name": "csv-summary"})])
-    if "execute" not in done:
-        instructions = last_result(req, "load_skill")
-        command = SCRIPT if SCRIPT.split(" data/")[0] in instructions else "false"
-        return ToolCalls([Call("execute", {"command": command})])
-    ran = last_result(req, "execute")
-    return Text("Summary of data/sales.csv:\n" + ran.partition("stdout:\n")[2].split("\nstderr")[0])
+        return ToolCalls([Call("load_skill", {"name": "pdf-forms"})])
+    if "read_file" not in done:
+        return ToolCalls([Call("read_file", {"file_path": FIELDS})])
+    code = re.search(r"FORM-\d+", result_of(req, "read_file"))
+    return Text(f"Form filled; reference code {code.group(0) if code else '?'} (from {FIELDS}).")
 
 
-def requester(req: ChatRequest) -> Text | ToolCalls:
-    """The main agent: put the data in the workspace, then hand it to an analyst."""
-    done = [r.name for r in req.tool_results]
-    if "write_file" not in done:
-        return ToolCalls([Call("write_file", {"file_path": "data/sales.csv", "content": CSV})])
-    if "sessions_spawn" not in done:
-        task = "Summarize data/sales.csv with the csv-summary skill."
-        spawn = {"task": task, "subagent_type": "analyst", "label": "Sales"}
-        return ToolCalls([Call("sessions_spawn", spawn)])
-    return Text("An analyst is on it.")
-
-
-async def test_a_subagent_loads_a_skill_and_runs_its_script_in_the_sandbox(
-    redis_url: str,
+async def test_a_run_loads_a_skill_reads_its_file_and_announces_what_it_said(
+    redis_url: str, tmp_path: Path
 ) -> None:
-    model = ScriptedModel().on(is_subagent, analyst).on(lambda r: True, requester)
+    pdf_forms(tmp_path / "skills")
+    release_notes(tmp_path / "skills")
+    model = (
+        ScriptedModel(default=Text("On it."))
+        .on(is_subagent, subagent_steps)
+        .on(
+            "visa form",
+            ToolCalls([Call("sessions_spawn", {"task": "Fill in the visa form", "label": "Form"})]),
+            times=1,
+        )
+    )
+    values = stack_values(redis_url, "", skills={"dirs": [str(tmp_path / "skills")]})
     channel = MemoryChannel()
-    async with FakeOpenAI(model, models=["fake-model"]) as llm:
-        values = stack_values(redis_url, llm.base_url, subagent_types=TYPES)
-        async with Stack(values=values, adapters=[channel], workers=2) as stack:
-            await channel.say("summarize the sales figures")
+    async with FakeOpenAI(model) as llm:
+        values["openai"]["base_url"] = llm.base_url
+        async with Stack(values=values, adapters=[channel], workers=1, pool="fork") as stack:
+            await channel.say("please fill in the visa form")
             [announce] = await until(lambda: channel.announces, timeout=60)
             await channel.say("/subagents log 1 tools")
             await stack.wait_for(
                 lambda: any("Log of subagent #1" in r.text for r in channel.replies), timeout=20
             )
-        subagent = [r.chat for r in llm.requests if is_subagent(r.chat)]
-    log_text = next(r.text for r in channel.replies if "Log of subagent #1" in r.text)
-    print(f"\n--- announce ---\n{announce.text}\n--- /subagents log 1 tools ---\n{log_text}")
+    log = next(r.text for r in channel.replies if "Log of subagent #1" in r.text)
+    print(f"\n--- announce ---\n{announce.text}\n--- /subagents log 1 tools ---\n{log}")
 
-    # Progressive disclosure: the name and description up front, the body on request.
-    first = subagent[0]
-    assert "csv-summary: Summarizes a CSV file" in first.system_prompt
-    assert "Run the script with `execute`" not in first.system_prompt
-    assert first.has_tool("load_skill") and first.has_tool("execute")
-    loaded = last_result(subagent[-1], "load_skill")
-    assert "Run the script with `execute`" in loaded and SCRIPT.split(" data/")[0] in loaded
-
-    # The skill's script ran in the sandbox over the requester's file.
-    ran = last_result(subagent[-1], "execute")
-    assert ran.startswith("exit code 0 · ") and "files changed: none" in ran
-    table = (
-        "data/sales.csv: 3 rows, 3 columns\n- city: text, 3 distinct\n"
-        "- units: number, min 9, max 30, mean 17\n- note: text, 2 distinct, 1 empty"
-    )
-    assert table in ran
-
-    # The announce carries what the script printed; the log shows every step.
-    assert announce.text.startswith('✅ Subagent #1 "Sales" (analyst) finished'), announce.text
-    assert table in announce.text
-    assert "load_skill" in log_text and "csv-summary" in log_text
-    assert "execute" in log_text and "summarize.py data/sales.csv" in log_text
-    assert "mean 17" in log_text
+    assert announce.text.startswith('✅ Subagent #1 "Form"'), announce.text
+    assert "reference code FORM-7731" in announce.text  # what the skill's file said
+    subagent = [r.chat for r in llm.requests if is_subagent(r.chat)]
+    main = [r.chat for r in llm.requests if not is_subagent(r.chat)]
+    for req in (subagent[0], main[0]):  # both see the skills' names, and the tool
+        assert "## Skills" in req.system_prompt
+        assert "- pdf-forms: Fill in PDF forms" in req.system_prompt
+        assert "- release-notes: Write release notes" in req.system_prompt
+        assert req.has_tool("load_skill")
+    loaded = result_of(subagent[-1], "load_skill")
+    assert loaded.startswith("# Skill pdf-forms") and FIELDS in loaded
+    assert "The form's field called **Reference code**" in loaded  # the body, as instructions
+    assert "<untrusted" not in loaded
+    assert "reference_code: FORM-7731" in result_of(subagent[-1], "read_file")
+    assert "load_skill" in log and "pdf-forms" in log and FIELDS in log

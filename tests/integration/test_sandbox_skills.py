@@ -252,3 +252,22 @@ def test_executes_description_names_the_skills_folder_only_when_there_are_skills
     assert "read-only at /skills/<name>/" in described(skills={"dirs": [str(COLLECTION)]})
     types = [{"name": "writer", "description": "Writes.", "skills": [str(EXAMPLES)]}]
     assert "read-only at /skills/<name>/" in described(subagent_types=types)
+
+
+def test_a_skill_folder_gone_since_loading_is_left_out(redis_url: str, open_dir: Path) -> None:
+    write_skill(open_dir / "skills" / "stays")
+    write_skill(open_dir / "skills" / "goes")
+    deps = make_deps(redis_url, skills={"dirs": [str(open_dir / "skills")]})
+    try:
+        seen = skills_for(deps.settings, agent_id="main", type_name=None)
+        shutil.rmtree(open_dir / "skills" / "goes")
+        tools = {t.name: t for t in sandbox_tools(deps.settings)}
+        ctx = ToolContext(deps=deps, session_key=SESSION, thread=THREAD, requester="slack:U1",
+                          agent_id="main", skills=tuple(seen))  # fmt: skip
+        out = execute_tool(tools, name="execute", arguments=json.dumps({"command": "ls /skills"}),
+                           ctx=ctx, max_chars=10_000)  # fmt: skip
+    finally:
+        deps.close()
+    assert out.startswith("exit code 0 · "), out
+    assert f"skills not mounted: /skills/goes ({open_dir / 'skills' / 'goes'}" in out
+    assert "stdout:\nstays\n" in out

@@ -33,7 +33,7 @@ def skill_mounts(skills: Iterable[Skill], *, uid: int | None) -> SkillMounts:
     """The skills bwrap, started as host ``uid`` (None: the worker's own), can bind."""
     mounts = SkillMounts()
     for skill in skills:
-        why = blocked(skill.root, uid) if uid is not None else ""
+        why = blocked(skill.root, uid)
         if why:
             mounts.left_out.append(f"{SKILLS_ROOT}/{skill.name} ({why})")
         else:
@@ -41,9 +41,12 @@ def skill_mounts(skills: Iterable[Skill], *, uid: int | None) -> SkillMounts:
     return mounts
 
 
-def blocked(folder: Path, uid: int) -> str:
+def blocked(folder: Path, uid: int | None) -> str:
     """Why host ``uid`` (group ``uid``, no other groups: how the sandbox is started) cannot
-    list ``folder``, or "" when it can. Reads permission bits only."""
+    list ``folder``, or "" when it can (None: the worker's own uid, which loaded it; the
+    folder must still be there). Reads permission bits only."""
+    if uid is None:
+        return "" if folder.is_dir() else f"{folder} is gone"
     for path in (folder, *folder.parents):
         try:
             info = path.stat()

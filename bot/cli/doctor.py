@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -20,11 +21,12 @@ from typing import Any
 import aiohttp
 import redis
 
-from bot.agent import policy
+from bot.agent import policy, skills
 from bot.agent.session_tools import SESSION_TOOLS_LIST
 from bot.agent.subagent_types import available_tools, subagent_types, tools_for_type
 from bot.agent.tools.mcp import McpPool
 from bot.agent.tools.sandbox import sandbox_status
+from bot.agent.tools.sandbox_skills import skill_mounts
 from bot.cli.model_probe import probe_all
 from bot.config import Settings, config_path
 from bot.config_check import public_url
@@ -321,6 +323,37 @@ def _tool_checks(settings: Settings, mcp: McpPool) -> list[Check]:
     return checks
 
 
+def check_skills(settings: Settings) -> list[Check]:
+    """The skills each agent's main turns and each subagent type see (docs/skills.md), as
+    start-up loads them; or the one line naming the file of a skill that cannot load."""
+    try:
+        seen = skills.check_skills(settings)
+    except skills.SkillError as exc:
+        return [Check(name="skills", ok=False, detail=str(exc))]
+    checks = [
+        Check(name=f"skills {who.removeprefix('agent ')}", ok=True,
+              detail=", ".join(s.name for s in found) or "(none)")
+        for who, found in seen.items()
+    ]  # fmt: skip
+    unmountable = _unmountable(settings, [s for found in seen.values() for s in found])
+    return checks + ([unmountable] if unmountable else [])
+
+
+def _unmountable(settings: Settings, seen: list[skills.Skill]) -> Check | None:
+    """A warning for skills ``execute`` would leave out: a root worker starts the sandbox
+    as ``sandbox.uid``, which needs a way through to each folder (the doctor runs as the
+    worker does, as a rule)."""
+    if os.geteuid() != 0 or settings.sandbox.mode != "bwrap":
+        return None
+    unique = {s.name: s for s in seen}.values()
+    left_out = skill_mounts(unique, uid=settings.sandbox.uid).left_out
+    if not left_out:
+        return None
+    detail = (f"execute would not mount {'; '.join(left_out)}: make the skill directories "
+              "readable by others (chmod -R o+rX), or run the worker as a user")  # fmt: skip
+    return Check(name="skills in the sandbox", ok=True, warn=True, detail=detail)
+
+
 def check_sandbox(settings: Settings) -> Check:
     """Whether ``execute`` is offered, and why not (a warning when bwrap was wanted)."""
     status = sandbox_status(settings.sandbox)
@@ -344,6 +377,7 @@ def run_checks(settings: Settings) -> list[Check]:
     """Every check, in report order."""
     checks = [check_config(), *check_redis(settings), *check_models(settings)]
     checks.extend(check_tools(settings))
+    checks.extend(check_skills(settings))
     checks.extend([check_sandbox(settings), check_search(settings)])
     warnings = [check_platforms_configured(settings)]
     if settings.matrix.configured:

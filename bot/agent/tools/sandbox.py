@@ -3,6 +3,7 @@
 The copy is written to a private host directory, bound at ``/workspace`` (the command's
 working directory), and read back when the command ends: new, changed and deleted files go
 back into the Redis workspace under its budgets, and the result says what changed. The
+skills the run sees are bound read-only at ``/skills/<name>`` (docs/skills.md). The
 sandbox itself is described in :mod:`bot.agent.tools.sandbox_proc`.
 
 Whether a sandbox can run here is tried once per process (:func:`sandbox_status`): some
@@ -19,16 +20,18 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from bot.agent.context import ToolContext
+from bot.agent.skills import SKILLS_ROOT
 from bot.agent.tools import Tool
 from bot.agent.tools.sandbox_proc import MIB, Layout, bwrap_argv, limits_argv, write_etc
 from bot.agent.tools.sandbox_run import Outcome, run
+from bot.agent.tools.sandbox_skills import SkillMounts, skill_mounts
 from bot.agent.tools.sandbox_tree import apply, changes, collect, materialize, tree_usage
 from bot.config import SandboxSettings, Settings
 from bot.errors import ToolError
@@ -117,12 +120,13 @@ def _host_uid(uid: int) -> int | None:
 
 
 @contextlib.contextmanager
-def _scratch(uid: int | None) -> Iterator[Layout]:
-    """A private host directory for one command, removed afterwards whatever it left."""
+def _scratch(uid: int | None, skills: Mapping[str, Path] | None = None) -> Iterator[Layout]:
+    """A private host directory for one command, removed afterwards whatever it left;
+    ``skills`` (name -> folder) are bound read-only beside it."""
     base = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
     try:
         base.chmod(0o711)  # the sandbox's uid may pass through, not list
-        layout = Layout(workspace=base / "workspace", etc=base / "etc")
+        layout = Layout(workspace=base / "workspace", etc=base / "etc", skills=skills or {})
         layout.workspace.mkdir(mode=0o700)
         if uid is not None:
             os.chown(layout.workspace, uid, uid)
@@ -170,14 +174,17 @@ def _execute(ctx: ToolContext, args: ExecuteArgs) -> str:
         raise ToolError(f"execute is not available: {status.detail}")
     store, ws = ctx.deps.workspace, settings.workspace
     uid = _host_uid(settings.sandbox.uid)
-    with _scratch(uid) as layout:
+    mounts = skill_mounts(ctx.skills, uid=uid)  # the run's skills (docs/skills.md)
+    if status.unsafe and ctx.skills:
+        mounts = SkillMounts(left_out=[f"{SKILLS_ROOT} (unsafe-host mode: no sandbox)"])
+    with _scratch(uid, mounts.folders) as layout:
         snapshot = materialize(store.files(ctx.workspace), layout.workspace, uid=uid)
         outcome = _run(settings, layout, args.command, unsafe=status.unsafe, uid=uid)
         found = collect(layout.workspace, snapshot, max_file_bytes=ws.max_file_bytes,
                         max_bytes=ws.max_bytes)  # fmt: skip
     done, refused = apply(store, ctx.workspace, snapshot, changes(snapshot, found))
     skipped = [f"{path}: {why}" for path, why in sorted(found.skipped.items())]
-    return render(outcome, done=done, refused=refused + skipped)
+    return render(outcome, done=done, refused=refused + skipped, unmounted=mounts.left_out)
 
 
 def _run(
@@ -211,7 +218,9 @@ def _disk_watch(root: Path, *, max_bytes: int, max_entries: int) -> Callable[[],
     return watch
 
 
-def render(outcome: Outcome, *, done: list[str], refused: list[str]) -> str:
+def render(
+    outcome: Outcome, *, done: list[str], refused: list[str], unmounted: Sequence[str] = ()
+) -> str:
     """The text the model reads: how it ended and what changed first (a tool result cut
     to the model's limit loses the end of the output, never the summary), then both
     streams."""
@@ -219,6 +228,8 @@ def render(outcome: Outcome, *, done: list[str], refused: list[str]) -> str:
              "files changed: " + _listing(done or ["none"])]  # fmt: skip
     if refused:
         lines.append("not kept: " + _listing(refused))
+    if unmounted:
+        lines.append("skills not mounted: " + _listing(list(unmounted)))
     for name, data, cut in (("stdout", outcome.stdout, outcome.stdout_cut),
                             ("stderr", outcome.stderr, outcome.stderr_cut)):  # fmt: skip
         text = data.decode(errors="replace").rstrip("\n")
@@ -262,4 +273,15 @@ def sandbox_tools(settings: Settings) -> list[Tool]:
         f"processes, output cut at {s.max_output_bytes} bytes per stream. Returns the exit "
         "code, stdout, stderr and the files changed."
     )
+    if _skills_configured(settings):
+        description += f" The skills you see are there too, read-only at {SKILLS_ROOT}/<name>/."
     return [Tool(name="execute", description=description, args=ExecuteArgs, run=_execute)]
+
+
+def _skills_configured(settings: Settings) -> bool:
+    """Whether any agent or subagent type can see a skill (docs/skills.md)."""
+    return bool(
+        settings.skills.dirs
+        or any(a.skills for a in settings.agents.values())
+        or any(t.skills for t in settings.subagent_types)
+    )

@@ -17,6 +17,9 @@ Why each piece of the bwrap line:
   own root and ``/dev`` are tmpfs that could eat half the host's RAM); the workspace copy
   is the only host directory bound writable, its size watched while the command runs
   (:func:`bot.agent.tools.sandbox_run.run`).
+* The run's visible skills (docs/skills.md), each skill's folder read-only at
+  ``/skills/<name>``: the only other host directories the command sees, so a skill's
+  instructions can run its scripts; the folders are never changed by a command.
 * Limits are set by ``prlimit`` *inside* the namespaces: RLIMIT_NPROC counts a user's
   processes per user namespace, so set there it bounds this command alone and not every
   process of the worker's uid. A worker running as root is exempt from RLIMIT_NPROC, so
@@ -26,9 +29,11 @@ Why each piece of the bwrap line:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from bot.agent.skills import SKILLS_ROOT
 from bot.config import SandboxSettings
 
 MIB = 1024 * 1024
@@ -47,10 +52,12 @@ signals it has no handler for (SIGXCPU at the CPU limit, a ``kill`` from inside)
 
 @dataclass(frozen=True, kw_only=True)
 class Layout:
-    """Host paths of one sandbox: the workspace copy and the made-up ``/etc`` files."""
+    """Host paths of one sandbox: the workspace copy, the made-up ``/etc`` files, and the
+    folders of the skills the run sees (by skill name)."""
 
     workspace: Path
     etc: Path
+    skills: Mapping[str, Path] = field(default_factory=dict)
 
 
 def limits_argv(s: SandboxSettings, prlimit: str, *, nproc: bool) -> list[str]:
@@ -82,6 +89,8 @@ def bwrap_argv(s: SandboxSettings, *, bwrap: str, prlimit: str, layout: Layout) 
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(s.disk_mb * MIB), "--tmpfs", "/tmp"]
     argv += ["--size", str(min(s.disk_mb, SHM_MB) * MIB), "--tmpfs", "/dev/shm"]
     argv += ["--bind", str(layout.workspace), WORKDIR, "--chdir", WORKDIR]
+    for name, root in sorted(layout.skills.items()):
+        argv += ["--ro-bind", str(root), f"{SKILLS_ROOT}/{name}"]
     # bwrap's root and /dev are unbounded tmpfs (half the host's RAM): no writes there.
     # Device nodes are bind mounts of their own and stay writable.
     argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--"]

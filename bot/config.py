@@ -63,6 +63,21 @@ ThinkingLevel = Annotated[str | None, AfterValidator(_thinking_level)]
 """A reasoning effort: one of :data:`THINKING_LEVELS`, or None (the model's default)."""
 
 
+_HOOK_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*([.:][A-Za-z_]\w*)(\.[A-Za-z_]\w*)*")
+
+
+def _hook_paths(value: list[str]) -> list[str]:
+    for path in value:
+        if not _HOOK_PATH.fullmatch(path) or ("." not in path and ":" not in path):
+            raise ValueError(f"{path!r} is not a dotted path ('package.module:function')")
+    return value
+
+
+HookPaths = Annotated[list[str], AfterValidator(_hook_paths)]
+"""Hooks by dotted path, ``pkg.module:function`` or ``pkg.module.function``; imported and
+checked when a worker starts (:func:`bot.hooks.check`)."""
+
+
 class _Section(BaseModel):
     """A settings section: a key it does not have is a mistake, not something to ignore."""
 
@@ -319,6 +334,11 @@ class SubagentType(_Section):
         description="false: a run whose worker died ends unknown instead of resuming "
         "(a compiled runnable resumes from its beginning).",
     )
+    middleware: HookPaths = Field(
+        default_factory=list,
+        description="Hooks around its model and tool calls, at its end and at its fan-in: "
+        "dotted paths of Python callables (docs/hooks.md).",
+    )
 
     @field_validator("output_schema")
     @classmethod
@@ -375,6 +395,11 @@ class AgentSettings(_Section):
     subagent_model: str | None = None
     subagent_thinking: str | None = None
     tools: ToolRule = Field(default_factory=ToolRule, description="This agent's main turns.")
+    middleware: HookPaths = Field(
+        default_factory=list,
+        description="Hooks for its turns and for every subagent run it starts: dotted paths "
+        "of Python callables (docs/hooks.md).",
+    )
 
 
 class ToolPolicy(_Section):

@@ -95,3 +95,23 @@ async def test_a_raising_hook_fails_the_run_and_the_worker_goes_on(redis_url: st
     assert "Status: error" in failed
     assert f"hook {HOOKS}:broken failed: RuntimeError: the hook broke" in failed
     assert "Status: success" in served
+
+
+async def test_an_agents_hooks_apply_to_its_own_turns(redis_url: str, tmp_path: Path) -> None:
+    marker = tmp_path / "touched.txt"
+
+    def main(req: ChatRequest) -> Reply:
+        if req.last_role == "tool":
+            return Text(f"the tool said: {req.tool_results[-1].content}")
+        return ToolCalls([Call("touch", {"path": str(marker)})])
+
+    model = ScriptedModel().on(lambda r: r.has_tool("sessions_spawn"), main)
+    settings = values(redis_url, "") | {"agents": {"main": {"middleware": [f"{HOOKS}.no_touch"]}}}
+    async with FakeOpenAI(model, models=["fake-model"]) as fake:
+        settings["openai"]["base_url"] = fake.base_url
+        channel = MemoryChannel()
+        async with Stack(values=settings, adapters=[channel], workers=1) as stack:
+            await channel.say("touch it")
+            await stack.wait_for(lambda: len(channel.replies) == 1, timeout=40)
+    assert not marker.exists()
+    assert channel.replies[0].text == f"the tool said: {VETO}"

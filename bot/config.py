@@ -68,7 +68,7 @@ _HOOK_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*([.:][A-Za-z_]\w*)(\.[A-Z
 
 def _hook_paths(value: list[str]) -> list[str]:
     for path in value:
-        if not _HOOK_PATH.fullmatch(path) or ("." not in path and ":" not in path):
+        if not _HOOK_PATH.fullmatch(path):
             raise ValueError(f"{path!r} is not a dotted path ('package.module:function')")
     return value
 

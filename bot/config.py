@@ -219,9 +219,10 @@ class SubagentSettings(_Section):
     max_result_chars: int = Field(20_000, ge=100)
     max_run_timeout_seconds: int = Field(
         14_400,
-        ge=1,
+        ge=0,
         le=7 * 86_400,
-        description="Upper bound of any run's timeout; runTimeoutSeconds 0 means this.",
+        description="Upper bound of any run's timeout; runTimeoutSeconds 0 means this. 0: no "
+        "upper bound, and runTimeoutSeconds 0 means no deadline at all.",
     )
     announce: Literal["cards", "synthesis", "both"] = Field(
         "both",
@@ -278,6 +279,7 @@ class WorkerSettings(_Section):
 
 
 _RUNNABLE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+_AGENT_ID = re.compile(r"[A-Za-z0-9_.-]+")  # as Settings.agent_id
 _LOOP_KEYS = ("system_prompt", "tools", "model", "thinking", "output_schema", "require_approval")
 
 
@@ -400,6 +402,19 @@ class AgentSettings(_Section):
         description="Hooks for its turns and for every subagent run it starts: dotted paths "
         "of Python callables (docs/hooks.md).",
     )
+    allow_agents: list[str] = Field(
+        default_factory=list,
+        description="Agents this one may target with sessions_spawn's agentId; empty: only "
+        "itself, ['*']: any agent in FANBOT_AGENTS.",
+    )
+
+    @field_validator("allow_agents")
+    @classmethod
+    def _allow_agents(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if item != "*" and not _AGENT_ID.fullmatch(item):
+                raise ValueError(f"{item!r} is not an agent id or '*'")
+        return value
 
 
 class ToolPolicy(_Section):

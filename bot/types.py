@@ -342,6 +342,8 @@ class RunRecord:
     label: str = ""
     thinking: str = ""
     timeout_s: int = 600
+    """Its soft deadline in seconds from its start; 0: none at all (``runTimeoutSeconds: 0``
+    with ``subagents.max_run_timeout_seconds`` 0, see :func:`bot.runs.spawn.resolve_timeout`)."""
     cleanup: Cleanup = Cleanup.KEEP
     status: RunStatus = RunStatus.QUEUED
     created_at: float = 0.0
@@ -419,6 +421,14 @@ class RunRecord:
             reasoning_tokens=self.reasoning_tokens,
             estimated=self.usage_estimated,
         )
+
+    def deadline_after(self, started: float) -> float | None:
+        """Its soft deadline for a start at ``started`` (any clock), None when it has none."""
+        return started + self.timeout_s if self.timeout_s > 0 else None
+
+    def past_deadline(self, elapsed: float) -> bool:
+        """Whether ``elapsed`` seconds since its start reach its soft deadline."""
+        return self.timeout_s > 0 and elapsed >= self.timeout_s
 
     @property
     def resumes(self) -> int:

@@ -17,7 +17,7 @@ from bot.agent.context import ToolContext
 from bot.errors import SpawnRejected
 from bot.runs.estimate import Estimate, tool_answer
 from bot.runs.join import may_nest, open_join
-from bot.runs.spawn import SpawnRequest, spawn_run
+from bot.runs.spawn import SpawnRequest, check_agent, spawn_run
 from bot.types import Cleanup, RunContext, RunRecord
 
 
@@ -26,7 +26,9 @@ class SpawnArgs(BaseModel):
 
     task: str = Field(description="What the subagent must do; it sees nothing else.")
     label: str | None = Field(None, max_length=80, description="Short name for the thread.")
-    agentId: str | None = Field(None, description="Agent that owns the run (default: you).")
+    agentId: str | None = Field(
+        None, description="Agent that owns the run (default: you; others only if allowed)."
+    )
     subagent_type: str | None = Field(None, description="Which subagent type runs the task.")
     model: str | None = Field(None, description="Model override.")
     thinking: str | None = Field(None, description="off|minimal|low|medium|high")
@@ -34,7 +36,7 @@ class SpawnArgs(BaseModel):
         None,
         ge=0,
         description="Seconds until the run times out (default: configured); 0: no limit of "
-        "its own. Never above the configured maximum.",
+        "its own (the configured maximum, or none if none is set). Never above the maximum.",
     )
     context: Literal["isolated", "fork"] | None = Field(
         None,
@@ -98,11 +100,9 @@ def spawn_args_for(types: TypeList) -> type[SpawnArgs]:
 
 def spawn(ctx: ToolContext, args: SpawnArgs) -> dict[str, object]:
     """Create and enqueue one subagent run; returns the tool's JSON-able answer."""
-    s = ctx.deps.settings
     parent = _parent(ctx)
     agent_id = args.agentId or ctx.agent_id
-    if agent_id != ctx.agent_id and agent_id not in s.agents:
-        raise SpawnRejected(f"unknown agentId {agent_id!r}; known: {ctx.agent_id}")
+    check_agent(ctx.deps.settings, ctx.agent_id, agent_id)  # its allow_agents
     if parent is not None:  # a child reports to its parent, so it always joins
         args = args.model_copy(update={"join": True})
     request = SpawnRequest(

@@ -245,7 +245,7 @@ def _outcome(run: RunRecord) -> list[str]:
 
 def render_log(run: RunRecord, *, view: LogView, tools: bool) -> str:
     """``/subagents log``: the newest messages of the run's log, one bullet each."""
-    total = f"{view.total:,}" + ("" if view.exact else "+")
+    total = f"{view.total:,}"
     which = "with tool calls" if tools else "tool calls hidden; add `tools` to show them"
     head = (
         f"**Log of {run_title(run, noun='subagent', name='none')}** · {run_name(run)} — "

@@ -84,7 +84,7 @@ def execute_run(
     meter = _meter(record, start)
     current = abort.current()
     if current is not None:  # threads pool: see workers/threaded.py
-        current.deadline = meter.started + record.timeout_s
+        current.deadline = record.deadline_after(meter.started)  # None: no deadline
         current.deadline_reason = _timeout_note(record, "(it did not end there)")
         current.partial = lambda: {
             "result": meter.last_text or None,
@@ -201,7 +201,7 @@ def _drive(
         )
         raise
     except ModelCallFailed as exc:
-        if exc.timed_out and time.monotonic() - meter.started >= record.timeout_s:
+        if exc.timed_out and record.past_deadline(time.monotonic() - meter.started):
             return RunStatus.TIMEOUT, meter.last_text, _timeout_note(record, steps())
         verb = "timed out" if exc.timed_out else f"failed {steps()}"
         return RunStatus.ERROR, meter.last_text, f"model call {verb}: {exc}"
@@ -320,7 +320,7 @@ def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> Lo
     def checkpoint() -> None:
         if abort.aborted() or stop_requested():
             raise RunStopped("stop requested")
-        if time.monotonic() - meter.started >= record.timeout_s:
+        if record.past_deadline(time.monotonic() - meter.started):
             raise RunDeadline("soft deadline")
 
     def progress(text: str) -> None:
@@ -346,7 +346,7 @@ def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> Lo
         steering=steering,
         record=record_message,
         progress=progress,
-        deadline=meter.started + record.timeout_s,
+        deadline=record.deadline_after(meter.started),
         budget=run_guard(deps, record, checkpoint),
         wait=lambda what: show_waiting(deps, run_id, what),
     )

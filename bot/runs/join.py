@@ -38,7 +38,7 @@ from bot.observe import tracing
 from bot.runs.access import Actor
 from bot.runs.line import slot_job
 from bot.runs.naming import run_title
-from bot.runs.render import history_note
+from bot.runs.render import QUIET_LINE, history_note, is_quiet
 from bot.runs.type_registry import subagent_types
 from bot.sessions import qualified_user
 from bot.store.jobs import TurnJob
@@ -275,14 +275,19 @@ def continuation_prompt(
     ``hooks`` see and may change the results first (docs/hooks.md)."""
     runs = at_fan_in(hooks, sorted(deps.runs.get_many(join.run_ids), key=lambda r: r.seq))
     seen = "\n".join(str(m.get("content", "")) for m in history)
-    missing = [r for r in runs if f"[{run_title(r)} (" not in seen]
+    quiet = {r.run_id for r in runs if is_quiet(r)}  # answered ANNOUNCE_SKIP: nothing to show
+    missing = [r for r in runs if r.run_id not in quiet and f"[{run_title(r)} (" not in seen]
     budget = results_chars(deps.settings, str(join.origin.get("agent_id") or "")) // max(
         1, len(missing)
     )
     budget = max(MIN_RESULT_CHARS, budget - NOTE_OVERHEAD_CHARS)
     lines = [
         f"{FAN_IN_MARK} All {len(runs)} subagent run(s) you waited for have ended:",
-        *(f"- {run_title(r, kind='after')}: {r.status.value}" for r in runs),
+        *(
+            f"- {run_title(r, kind='after')}: "
+            + (QUIET_LINE if r.run_id in quiet else r.status.value)
+            for r in runs
+        ),
     ]
     if missing:
         lines += ["", "Results not shown above:"]
@@ -292,7 +297,8 @@ def continuation_prompt(
             )
             for r in missing
         ]
-    where = "above" if len(missing) == len(runs) else "in the notes of this conversation"
+    with_results = len(runs) - len(quiet)
+    where = "above" if len(missing) == with_results else "in the notes of this conversation"
     lines += [
         "",
         f"Their results are {where}. Reconcile them and answer the request once: do not "

@@ -29,11 +29,12 @@ def place_text(place: int) -> str:
 
 def slot_job(settings: Settings, record: RunRecord, *, run_id: str, description: str) -> RunJobSpec:
     """The job that runs ``record`` (or resumes it) once the line gives it a slot: it waits
-    in its session's line, and its hard timeout is the run's plus the job grace."""
+    in its session's line, and its hard timeout is the run's plus the job grace (none, RQ's
+    -1, for a run without a deadline)."""
     sub = settings.subagents
     return RunJobSpec(
         run_id=run_id,
-        timeout=record.timeout_s + sub.job_grace_seconds,
+        timeout=record.timeout_s + sub.job_grace_seconds if record.timeout_s > 0 else -1,
         max_concurrent=sub.max_concurrent,
         description=description,
         session_key=record.session_key,

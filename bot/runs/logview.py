@@ -1,5 +1,6 @@
 """What a run's log shows, for ``/subagents log`` and the ``sessions_history`` tool alike.
 
+"Last K of M": K messages shown, of the M the whole transcript holds (every kind).
 By default the log is the conversation: system, user and assistant text. An assistant
 message that also calls tools shows its text only; one that only calls tools, and the tool
 results, are left out. With ``tools`` every message is shown, tool calls and results
@@ -28,14 +29,12 @@ class LogView:
 
     Attributes:
         messages: At most ``limit`` messages, oldest first, as they are to be shown.
-        total: Messages of the shown kind in the whole transcript (or in the newest
-            :data:`LOG_SCAN`, when ``exact`` is False).
-        exact: False when the transcript is longer than what was read to count them.
+        total: Messages in the whole transcript, of every kind ("last K of M" counts the
+            transcript, not only what the log shows).
     """
 
     messages: tuple[Message, ...]
     total: int
-    exact: bool = True
 
 
 def visible(message: Message, *, tools: bool) -> Message | None:
@@ -62,15 +61,13 @@ def select_log(
 ) -> LogView:
     """The log of the newest ``messages`` of a transcript of ``length`` messages.
 
-    ``messages`` must hold at least the newest ``limit`` with ``tools``; without, what
-    it holds is what gets counted. ``length`` defaults to ``len(messages)``.
+    ``messages`` must hold at least the newest ``limit`` with ``tools``; without, the
+    conversation is picked out of what it holds. ``length`` defaults to ``len(messages)``.
     """
     length = len(messages) if length is None else length
     kept = [v for m in messages if (v := visible(m, tools=tools)) is not None]
     shown = tuple(kept[-limit:]) if limit > 0 else ()
-    if tools:
-        return LogView(messages=shown, total=max(length, len(kept)))
-    return LogView(messages=shown, total=len(kept), exact=len(messages) >= length)
+    return LogView(messages=shown, total=max(length, len(messages)))
 
 
 def read_log(

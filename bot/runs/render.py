@@ -9,7 +9,11 @@ Template (stable; tests and users rely on it)::
     Status: success
     Result: <final answer, or "(not available)">
     Notes: <errors, partial progress, warnings — omitted when empty>
-    runtime 1m02s · tokens 3.1k (in 2.4k / out 0.7k) · est $0.0012 · session … · run id … · transcript …
+    runtime 1m02s · tokens 3.1k (in 2.4k / out 0.7k) · est $0.0012 · session key … · session id … · run id … · transcript …
+
+The stats line ends with what finds the run's record and conversation again: the child's
+session key, its session id, the run id's first 8 characters (what ``/subagents`` takes) and
+the transcript's Redis key (docs/architecture.md).
 
 The status line comes from the runtime outcome, never from model text. Token figures show
 cached and reasoning tokens when there are any (``in 2.4k, 2k cached / out 0.7k, 0.5k
@@ -47,6 +51,15 @@ ENDED_VERBS = {
     RunStatus.STOPPED: "was stopped",
     RunStatus.UNKNOWN: "ended unexpectedly",
 }
+
+
+QUIET_LINE = "finished without a result to show"
+"""How the fan-in lists a run that answered :data:`ANNOUNCE_SKIP` (never the sentinel)."""
+
+
+def is_quiet(record: RunRecord) -> bool:
+    """The run succeeded with :data:`ANNOUNCE_SKIP`: it announces nothing."""
+    return record.status is RunStatus.SUCCESS and record.result.strip() == ANNOUNCE_SKIP
 
 
 def is_tool_message(message: Mapping[str, Any]) -> bool:
@@ -91,7 +104,8 @@ def stats_line(record: RunRecord, *, ended_at: float, transcript_ref: str) -> st
     if record.answered_by:
         parts.append(fallback_note(record.answered_by, record.fallback_reason))
     parts += [
-        f"session {record.child_session_key}",
+        f"session key {record.child_session_key}",
+        f"session id {record.session_id}",
         f"run id {record.run_id[:8]}",
         f"transcript {transcript_ref}",
     ]

@@ -5,8 +5,8 @@ the agent's own ``model`` -> ``subagents.model`` -> ``openai.model``; thinking a
 request -> the type's -> the agent's ``subagent_thinking`` -> ``subagents.thinking``. An
 unknown model warns and falls back; a bad thinking value or an unknown type is an error
 (:class:`~bot.errors.SpawnRejected`). The timeout is the request's (``0``: no soft deadline
-of its own, i.e. ``subagents.max_run_timeout_seconds``) else ``subagents.run_timeout_seconds``,
-never above that maximum. The context is the request's, else the type's. Whoever spawns (the
+of its own, i.e. ``subagents.max_run_timeout_seconds``; with that maximum 0, no deadline at
+all) else ``subagents.run_timeout_seconds``, never above a non-zero maximum. The context is the request's, else the type's. Whoever spawns (the
 main agent's ``sessions_spawn`` tool, later a chat command) builds a
 :class:`SpawnRequest`; the lifecycle does the rest. Each run carries the estimate of recent
 runs of its type and model (:mod:`bot.runs.estimate`); one whose p90 cost is above
@@ -65,7 +65,8 @@ class SpawnRequest:
         subagent_type: Type name; None = ``general-purpose``.
         model: Requested model, if any.
         thinking: Requested reasoning effort, if any.
-        timeout_s: Run timeout; None = the configured default, 0 = the configured maximum.
+        timeout_s: Run timeout; None = the configured default, 0 = the configured maximum
+            (none at all when that is 0).
         context: ``isolated`` or ``fork``; None = the type's.
         cleanup: Whether the child session is archived at once when it ends.
         join_id: The fan-in it joins, if any (see :mod:`bot.runs.join`).
@@ -235,17 +236,41 @@ def _known_hint(settings: Settings, target: Target, known: frozenset[str] | set[
 
 def resolve_timeout(settings: Settings, requested: int | None) -> tuple[int, list[str]]:
     """The run's timeout in seconds: ``requested`` (0: the maximum) else the default, at
-    most ``subagents.max_run_timeout_seconds`` (a warning says when a request was cut)."""
+    most ``subagents.max_run_timeout_seconds`` (a warning says when a request was cut). A
+    maximum of 0 is no upper bound: 0 is then no deadline at all, and nothing is cut."""
     sub = settings.subagents
+    maximum = sub.max_run_timeout_seconds
     if requested == 0:
-        return sub.max_run_timeout_seconds, []
+        return maximum, []
     wanted = requested or sub.run_timeout_seconds
-    if wanted <= sub.max_run_timeout_seconds:
+    if maximum == 0 or wanted <= maximum:
         return wanted, []
-    warning = (
-        f"runTimeoutSeconds {wanted} is above the maximum; using {sub.max_run_timeout_seconds}"
-    )
-    return sub.max_run_timeout_seconds, [warning] if requested else []
+    warning = f"runTimeoutSeconds {wanted} is above the maximum; using {maximum}"
+    return maximum, [warning] if requested else []
+
+
+def allowed_agents(settings: Settings, requester: str) -> list[str]:
+    """The agents ``requester`` may target with ``agentId``: itself, then its
+    ``allow_agents`` (``*``: every agent in ``FANBOT_AGENTS``) that exist."""
+    known = sorted({settings.agent_id, *settings.agents} - {requester})
+    rule = settings.agent(requester).allow_agents
+    others = known if "*" in rule else [a for a in known if a in rule]
+    return [requester, *others]
+
+
+def check_agent(settings: Settings, requester: str, target: str) -> None:
+    """Refuse a ``target`` agent that is unknown or not in ``requester``'s allowlist."""
+    if target == requester:
+        return
+    if target != settings.agent_id and target not in settings.agents:
+        known = ", ".join(sorted({settings.agent_id, requester, *settings.agents}))
+        raise SpawnRejected(f"unknown agentId {target!r}; known: {known}")
+    allowed = allowed_agents(settings, requester)
+    if target not in allowed:
+        raise SpawnRejected(
+            f"agentId {target!r} is not allowed for agent {requester!r}; "
+            f"allowed: {', '.join(allowed)}"
+        )
 
 
 def resolve_thinking(settings: Settings, agent_id: str, requested: str | None) -> str:

@@ -143,7 +143,7 @@ class RunJobSpec:
 
     Attributes:
         run_id: The run; also its job id.
-        timeout: RQ's hard limit in seconds.
+        timeout: RQ's hard limit in seconds (-1: none, a run without a deadline).
         max_concurrent: Size of the subagent lane.
         description: Shown by ``rq info``.
         session_key: The session whose line it waits in (:mod:`bot.store.fair`).

@@ -63,7 +63,12 @@ async def test_three_spawns_run_in_parallel_and_announce_in_the_thread(redis_url
         assert f"Result: done: task {n}" in text
         assert "tokens 120 (in 100 / out 20)" in text
         assert "est $0.0001" in text  # (100 × $1 + 20 × $2) / 1M
-        assert "session agent:main:subagent:" in text and "transcript fanbot:transcript:" in text
+        stats = re.search(
+            r"· session key (agent:main:subagent:\S+) · session id ([0-9a-f]{32}) · run id "
+            r"[0-9a-f]{8} · transcript fanbot:transcript:([0-9a-f]{32})$",
+            text,
+        )
+        assert stats is not None and stats.group(2) == stats.group(3)
     assert channel.replies[0].text == "Started 3."
     assert sorted(int(re.search(r"#(\d)", a.text).group(1)) for a in channel.announces) == [1, 2, 3]  # type: ignore[union-attr]
 

@@ -252,6 +252,25 @@ def test_the_prompt_lists_every_status_and_repeats_results_history_lost(
     assert "alpha result" in prompt and "gamma partial" not in prompt
 
 
+def test_a_run_that_answered_announce_skip_is_listed_without_the_sentinel(
+    redis_url: str,
+) -> None:
+    deps = deps_for(redis_url)
+    plan = opened(deps)
+    runs = joined_runs(deps, plan, 2)
+    finalize_run(deps, runs[0], status=RunStatus.SUCCESS, result="alpha result")
+    finalize_run(deps, runs[1], status=RunStatus.SUCCESS, result="  ANNOUNCE_SKIP\n")
+    join = deps.joins.get(plan.join_id)
+    assert join is not None
+    history = deps.history.load(SESSION)
+    assert "ANNOUNCE_SKIP" not in str(history)  # the quiet run wrote no note
+    for seen in (history, []):  # with its notes in the history, and with none left
+        prompt = continuation_prompt(deps, join, seen)
+        assert '- Subagent #2 "L2" (general-purpose): finished without a result to show' in prompt
+        assert "ANNOUNCE_SKIP" not in prompt and "L2" not in prompt.partition("not shown")[2]
+    assert "alpha result" in continuation_prompt(deps, join, [])
+
+
 @pytest.mark.parametrize("mode", ["cards", "synthesis", "both"])
 def test_announce_modes(redis_url: str, mode: str) -> None:
     deps = deps_for(redis_url, subagents={"announce": mode})

@@ -59,8 +59,9 @@ def test_template_matches_the_design() -> None:
         '✅ Subagent #2 "Django research" (researcher) finished',
         "Status: success",
         "Result: It is fine.",
-        "runtime 1m02s · tokens 3.1k (in 2.4k / out 700) · est $0.0012 · session "
-        "agent:main:subagent:abc · run id 01234567 · transcript fanbot:transcript:sid",
+        "runtime 1m02s · tokens 3.1k (in 2.4k / out 700) · est $0.0012 · session key "
+        "agent:main:subagent:abc · session id sid · run id 01234567 · transcript "
+        "fanbot:transcript:sid",
     ]
 
 

@@ -280,31 +280,30 @@ CONVERSATION = [0, 1, 4, 6]
 
 
 @pytest.mark.parametrize(
-    ("limit", "tools", "length", "shown", "total", "exact"),
+    ("limit", "tools", "length", "shown", "total"),
     [
-        (20, False, None, CONVERSATION, 4, True),
-        (2, False, None, [4, 6], 4, True),
-        (20, True, None, list(range(7)), 7, True),
-        (3, True, None, [4, 5, 6], 7, True),
-        # Only the newest messages were read: with tools the total is the list's length;
-        # without, the conversation in what was read, and the count says it is a floor.
-        (3, True, 50, [4, 5, 6], 50, True),
-        (20, False, 50, CONVERSATION, 4, False),
-        (0, False, None, [], 4, True),
+        (20, False, None, CONVERSATION, 7),
+        (2, False, None, [4, 6], 7),
+        (20, True, None, list(range(7)), 7),
+        (3, True, None, [4, 5, 6], 7),
+        # Only the newest messages were read: the total is still the transcript's length.
+        (3, True, 50, [4, 5, 6], 50),
+        (20, False, 50, CONVERSATION, 50),
+        (0, False, None, [], 7),
     ],
 )
 def test_log_selection(
-    limit: int, tools: bool, length: int | None, shown: list[int], total: int, exact: bool
+    limit: int, tools: bool, length: int | None, shown: list[int], total: int
 ) -> None:
     view = select_log(TRANSCRIPT, limit=limit, tools=tools, length=length)
     expected = [visible(TRANSCRIPT[i], tools=tools) for i in shown]
-    assert (list(view.messages), view.total, view.exact) == (expected, total, exact)
+    assert (list(view.messages), view.total) == (expected, total)
 
 
 def test_log_hides_tool_messages_unless_asked_and_counts_the_whole_log() -> None:
     view = select_log(TRANSCRIPT, limit=2, tools=False)
     lines = render_log(run("a", RunStatus.SUCCESS), view=view, tools=False).splitlines()
-    assert lines[0].endswith("— last 2 of 4 messages (tool calls hidden; add `tools` to show them)")
+    assert lines[0].endswith("— last 2 of 7 messages (tool calls hidden; add `tools` to show them)")
     assert lines[1:] == [
         "• **assistant**: Checking once more.",
         "• **assistant**: It is '6'. Done.",
@@ -326,10 +325,10 @@ def test_log_tools_adds_calls_and_results() -> None:
     assert "— last 7 of 7 messages (with tool calls)" in text
 
 
-def test_log_says_when_it_counted_only_the_newest_messages() -> None:
+def test_log_counts_the_whole_transcript_even_when_it_read_only_the_newest() -> None:
     view = select_log(TRANSCRIPT, limit=1, tools=False, length=5_000)
     text = render_log(run("a", RunStatus.SUCCESS), view=view, tools=False)
-    assert "— last 1 of 4+ messages" in text
+    assert "— last 1 of 5,000 messages" in text
 
 
 def test_log_of_an_empty_transcript() -> None:

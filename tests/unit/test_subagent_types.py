@@ -19,9 +19,10 @@ from bot.agent.subagent_types import subagent_types, tools_for_type
 from bot.agent.tools import NoArgs, Tool
 from bot.config import Settings, SubagentType, load_settings
 from bot.errors import ConfigError, RunFailed
+from bot.runs.line import slot_job
 from bot.runs.render import render_structured
 from bot.runs.spawn import resolve_model, resolve_timeout
-from bot.types import Usage
+from bot.types import RunRecord, ThreadRef, Usage
 
 
 @pytest.fixture
@@ -182,6 +183,35 @@ def test_timeout_resolution(requested: int | None, timeout: int, warned: bool) -
     s = Settings(subagents={"max_run_timeout_seconds": 3600})  # type: ignore[arg-type]
     got, warnings = resolve_timeout(s, requested)
     assert (got, bool(warnings)) == (timeout, warned)
+
+
+@pytest.mark.parametrize(
+    ("requested", "timeout"), [(None, 600), (0, 0), (30, 30), (7 * 86_400, 7 * 86_400)]
+)
+def test_a_maximum_of_zero_is_no_bound_and_zero_is_no_deadline(
+    requested: int | None, timeout: int
+) -> None:
+    s = Settings(subagents={"max_run_timeout_seconds": 0})  # type: ignore[arg-type]
+    assert resolve_timeout(s, requested) == (timeout, [])
+
+
+def _record(*, timeout_s: int) -> RunRecord:
+    thread = ThreadRef(platform="slack", account="T", chat="C", thread="1.0")
+    return RunRecord(
+        run_id="r", seq=1, session_key="s", child_session_key="c", session_id="i",
+        thread=thread, requester="slack:U", agent_id="main", subagent_type="general-purpose",
+        task="t", model="m", timeout_s=timeout_s,
+    )  # fmt: skip
+
+
+def test_a_run_without_a_deadline_has_none_anywhere() -> None:
+    s = Settings()
+    none, timed = _record(timeout_s=0), _record(timeout_s=60)
+    assert none.deadline_after(100.0) is None and timed.deadline_after(100.0) == 160.0
+    assert not none.past_deadline(10**9) and timed.past_deadline(60) and not timed.past_deadline(59)
+    assert slot_job(s, none, run_id="r", description="d").timeout == -1  # RQ: no limit
+    grace = s.subagents.job_grace_seconds
+    assert slot_job(s, timed, run_id="r", description="d").timeout == 60 + grace
 
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}

@@ -63,6 +63,21 @@ ThinkingLevel = Annotated[str | None, AfterValidator(_thinking_level)]
 """A reasoning effort: one of :data:`THINKING_LEVELS`, or None (the model's default)."""
 
 
+_HOOK_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*([.:][A-Za-z_]\w*)(\.[A-Za-z_]\w*)*")
+
+
+def _hook_paths(value: list[str]) -> list[str]:
+    for path in value:
+        if not _HOOK_PATH.fullmatch(path):
+            raise ValueError(f"{path!r} is not a dotted path ('package.module:function')")
+    return value
+
+
+HookPaths = Annotated[list[str], AfterValidator(_hook_paths)]
+"""Hooks by dotted path, ``pkg.module:function`` or ``pkg.module.function``; imported and
+checked when a worker starts (:func:`bot.hooks.check`)."""
+
+
 class _Section(BaseModel):
     """A settings section: a key it does not have is a mistake, not something to ignore."""
 
@@ -334,6 +349,11 @@ class SubagentType(_Section):
         description="Directories of skill folders its runs see, besides FANBOT_SKILLS__DIRS "
         "(docs/skills.md).",
     )
+    middleware: HookPaths = Field(
+        default_factory=list,
+        description="Hooks around its model and tool calls, at its end and at its fan-in: "
+        "dotted paths of Python callables (docs/hooks.md).",
+    )
 
     @field_validator("output_schema")
     @classmethod
@@ -394,6 +414,11 @@ class AgentSettings(_Section):
         default_factory=list,
         description="Directories of skill folders its main turns (and its general-purpose "
         "runs) see, besides FANBOT_SKILLS__DIRS (docs/skills.md).",
+    )
+    middleware: HookPaths = Field(
+        default_factory=list,
+        description="Hooks for its turns and for every subagent run it starts: dotted paths "
+        "of Python callables (docs/hooks.md).",
     )
     allow_agents: list[str] = Field(
         default_factory=list,

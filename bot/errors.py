@@ -13,6 +13,7 @@
     ├── ModelCallFailed      the model endpoint failed a call after its retries
     ├── RunFailed            a run's body ended it as an error, saying why (a compiled
     │                        runnable broke its contract, an answer missed its schema)
+    │   └── HookFailed       a configured hook raised (docs/hooks.md)
     └── RunInterrupted       a run must end early (stop flag or soft deadline)
         ├── RunStopped
         ├── RunDeadline
@@ -106,6 +107,11 @@ class RunFailed(FanbotError):
     def __init__(self, message: str, *, result: str | None = None) -> None:
         super().__init__(message)
         self.result = result
+
+
+class HookFailed(RunFailed):
+    """A hook named in ``middleware`` raised (or returned something it may not): the run
+    fails with this message as its notes, ``hook <path> failed: <type>: <message>``."""
 
 
 class RunInterrupted(FanbotError):

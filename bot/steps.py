@@ -91,6 +91,8 @@ class Meter:
     docs/models.md, "Fallbacks")."""
     fallback_reason: str = ""
     """Why the models before it did not answer (``gpt-4o overloaded``)."""
+    remarks: list[str] = field(default_factory=list)
+    """Lines for the run's notes beyond how it ended (a slow hook, docs/hooks.md)."""
 
     def answered(self, by: str, reason: str) -> None:
         """A call was answered by ``by``; a fallback (a ``reason`` given) is remembered."""

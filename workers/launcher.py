@@ -33,6 +33,7 @@ from bot.config import Settings, load_settings
 from bot.deps import Deps
 from bot.errors import ConfigError, RedisUnavailable
 from bot.failpoints import Failpoints
+from bot.hooks.resolve import check as check_hooks
 from bot.logs import configure as configure_logging
 from bot.observe import tracing
 from bot.observe.serve import EndpointServer, serve_worker_endpoints
@@ -400,10 +401,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Redis that does not answer yet is waited for, a line per attempt.
 
     Raises:
-        ConfigError: The configuration is invalid, or Redis refused its credentials.
+        ConfigError: The configuration is invalid (a ``middleware`` hook that cannot be
+            imported too), or Redis refused its credentials.
     """
     args = parser().parse_args(argv)
     settings = with_pool_options(load_settings(), args)
+    check_hooks(settings)  # imported here once: every worker forked from this process has them
     configure_logging(settings)
     check_skills(settings)  # a broken skill stops start-up in one line (docs/skills.md)
     queues = [q for q in args.queues.split(",") if q]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from bot.agent.skills import Skill
 from bot.deps import Deps
+from bot.hooks.chain import NO_HOOKS, Hooks
 from bot.models.completion import ChatModel
 from bot.runs.join import JoinPlan
 from bot.types import ThreadRef
@@ -30,6 +31,8 @@ class ToolContext:
         chain_exhausted: Fan-in is on but this turn is the last round of its chain.
         turn_message: The message this turn answers, as the model sees it ("" for a
             subagent): a forked run sees it before the turn has written it to the history.
+        hooks: The agent's and the type's ``middleware`` (docs/hooks.md), which the tool
+            loop calls around each model and tool call.
     """
 
     deps: Deps
@@ -45,6 +48,7 @@ class ToolContext:
     chain_exhausted: bool = False
     turn_message: str = ""
     skills: tuple[Skill, ...] = ()
+    hooks: Hooks = NO_HOOKS
 
     @property
     def workspace(self) -> str:

@@ -4,6 +4,9 @@ Between steps the loop asks its control for a checkpoint (stop flag, soft deadli
 steering messages (``/subagents send``). Usage accumulates in a :class:`Meter` the caller
 owns, so the tokens spent survive any exception that ends the run.
 
+The hooks ``ctx`` carries (docs/hooks.md) see each model call before and after, and each
+tool call before (they may veto it) and after (they may change its result).
+
 Sizes stay bounded: the model client keeps at most ``openai.max_reply_chars`` of a reply,
 and each tool result is cut to ``max_tool_chars`` before the model or the transcript sees it.
 """
@@ -18,6 +21,7 @@ from bot.agent.compaction import Fitter, OnCompact, ThreadTooLong, too_long_text
 from bot.agent.context import ToolContext
 from bot.agent.tools import Tool, execute_tool
 from bot.errors import RunDeadline, RunFailed
+from bot.hooks.chain import NO_HOOKS, Hooks, Vetoed
 from bot.models.completion import ChatModel, Completion, CompletionRequest, ToolCallRequest
 from bot.models.errors import Failure, failure_kind
 from bot.models.window import window_for
@@ -60,6 +64,7 @@ def run_loop(
     control = control or LoopControl()
     schemas = [t.schema() for t in tools]
     fail = _failpoint(ctx)
+    hooks = _hooks(ctx)
     deps = getattr(ctx, "deps", None)
     fitter = Fitter(
         model=model,
@@ -85,7 +90,7 @@ def run_loop(
             meter.touch("model call sent")
             return CompletionRequest(
                 model=model_name,
-                messages=messages,
+                messages=hooks.before_model(model_name, messages, schemas),
                 tools=schemas,
                 thinking=thinking,
                 timeout=_time_left(control),
@@ -114,6 +119,7 @@ def run_loop(
         meter.answered(completion.answered_by, completion.fallback_reason)
         meter.usage += completion.usage
         meter.steps += 1
+        completion = hooks.after_model(completion.answered_by or model_name, completion)
         if completion.cut_chars:
             log.warning(
                 "reply of %s cut: %d characters past the limit", model_name, completion.cut_chars
@@ -181,10 +187,17 @@ def run_calls(
     with the calls left of its step)."""
     by_name = {t.name: t for t in tools}
     fail = _failpoint(ctx)
-    for index, call in enumerate(calls):
+    hooks = _hooks(ctx)
+    for index, asked in enumerate(calls):
         control.checkpoint()
         if gate is not None:
             gate(calls[index:])
+        try:
+            call = hooks.before_tool(asked)  # as the hooks leave its arguments
+        except Vetoed as vetoed:  # never runs; the model reads why (docs/hooks.md)
+            vetoed_result = {"role": "tool", "tool_call_id": asked.id, "content": str(vetoed)}
+            _append(messages, vetoed_result, control)
+            continue
         meter.tool_calls += 1
         control.progress(_status(meter, f"{Icon.TOOL} {call.name}{short_args(call.arguments)}"))
         meter.touch(f"tool {call.name} started", tool=call.name)
@@ -205,6 +218,11 @@ def _failpoint(ctx: ToolContext) -> Callable[[str], None]:
     return lambda point: deps.failpoints.hit(f"{kind}.{point}")
 
 
+def _hooks(ctx: ToolContext) -> Hooks:
+    """The hooks of the work ``ctx`` serves (none for a bare context in unit tests)."""
+    return getattr(ctx, "hooks", NO_HOOKS)
+
+
 def _run_call(
     by_name: dict[str, Tool], call: ToolCallRequest, ctx: ToolContext, max_chars: int
 ) -> str:
@@ -218,6 +236,7 @@ def _run_call(
         text = execute_tool(
             by_name, name=call.name, arguments=call.arguments, ctx=ctx, max_chars=max_chars
         )
+    text = _hooks(ctx).after_tool(call, text)
     return as_model_sees(by_name.get(call.name), call.name, text)
 
 

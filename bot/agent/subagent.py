@@ -39,6 +39,7 @@ from bot.agent.tools.mcp import McpPool
 from bot.agent.tools.skills import for_agent
 from bot.deps import Deps
 from bot.errors import ModelCallFailed, RunFailed, RunParked
+from bot.hooks.chain import NO_HOOKS, Hooks, run_hooks
 from bot.models.completion import ChatModel
 from bot.runs.approval_gate import park_for
 from bot.runs.join import continuation_prompt, may_nest, plan_run_join
@@ -90,8 +91,9 @@ class SubagentBody:
         system = "\n\n".join(p for p in (prompt, skills_block(skills), UNTRUSTED_RULE) if p)
         if sub_type.output_schema is not None:
             system += structured.instructions(sub_type.output_schema)
+        hooks = run_hooks(deps.settings, record, report=meter.remarks.append)
         if self.resume_join:
-            messages = resumed_messages(deps, record, self.resume_join)
+            messages = resumed_messages(deps, record, self.resume_join, hooks=hooks)
         elif self.resume_approval:
             messages = deps.transcripts.context(record.session_id)
         elif self.recovered and has_task(
@@ -111,6 +113,7 @@ class SubagentBody:
             run_id=record.run_id,
             join=plan_run_join(deps.settings, record, record.rounds),
             skills=skills,
+            hooks=hooks,
         )
         tools = for_agent(tools_for_type(sub_type, deps.settings, mcp=self.mcp), skills)
         if may_nest(deps.settings, record):
@@ -260,18 +263,23 @@ def _children(
         deps.joins.start(join.join_id)  # every child ended already: no need to park
         rounds += 1
         deps.runs.update(record.run_id, rounds=rounds)  # a lost worker's next attempt reads it
-        prompt = {"role": "user", "content": continuation_prompt(deps, join, [])}
+        text = continuation_prompt(deps, join, [], hooks=ctx.hooks)
+        prompt = {"role": "user", "content": text}
         messages.append(prompt)
         control.record(prompt)
         result = next_round(rounds)
     return result
 
 
-def resumed_messages(deps: Deps, record: RunRecord, join_id: str) -> list[Message]:
+def resumed_messages(
+    deps: Deps, record: RunRecord, join_id: str, *, hooks: Hooks = NO_HOOKS
+) -> list[Message]:
     """A parked orchestrator's context when its fan-in resumes it: its transcript, then its
-    children's statuses and results."""
+    children's statuses and results (as its ``hooks`` leave them)."""
     join = deps.joins.get(join_id)
-    prompt = continuation_prompt(deps, join, []) if join is not None else "(no results)"
+    prompt = "(no results)"
+    if join is not None:
+        prompt = continuation_prompt(deps, join, [], hooks=hooks)
     messages = continuation(deps.transcripts.read(record.session_id), prompt)
     deps.transcripts.append(record.session_id, messages[-1])
     return messages

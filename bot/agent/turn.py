@@ -38,7 +38,8 @@ from bot.agent.tools.mcp import McpPool
 from bot.agent.tools.skills import for_agent
 from bot.config import Settings
 from bot.deps import Deps
-from bot.errors import BudgetExceeded, RunInterrupted, RunParked
+from bot.errors import BudgetExceeded, HookFailed, RunInterrupted, RunParked
+from bot.hooks.chain import Hooks, Who, hooks_for
 from bot.models.completion import ChatModel
 from bot.models.window import with_summary
 from bot.observe import tracing
@@ -140,9 +141,14 @@ def _execute(
     job_id: str,
 ) -> str:
     history = deps.history.load(job.session_key)
+    hooks = turn_hooks(deps.settings, job)
     user_message = recorded[0] if recorded else None
     if user_message is None:
-        user_message = _user_message(deps, job, history)
+        try:
+            user_message = _user_message(deps, job, history, hooks)
+        except HookFailed as exc:  # a fan-in hook: said in the thread, never tried again
+            _close(deps, job, f"{Icon.WARNING} {exc}")
+            return ""
         if user_message is None:
             deps.turn_attempts.finish(job.reply_key)
             return ""
@@ -173,6 +179,7 @@ def _execute(
         turn_message=str(user_message.get("content") or "") if job.kind == "message" else "",
         spawned=spawned_in(steps),
         skills=skills,
+        hooks=hooks,
     )
     try:
         text = _answer(deps, model, job, messages, ctx, mcp, steps=steps, job_id=job_id)
@@ -254,7 +261,19 @@ def turn_lease(deps: Deps, reply_key: str, job_id: str) -> Iterator[None]:
         thread.join(timeout=sub.heartbeat_seconds + 1)
 
 
-def _user_message(deps: Deps, job: TurnJob, history: list[dict[str, Any]]) -> dict[str, Any] | None:
+def turn_hooks(settings: Settings, job: TurnJob) -> Hooks:
+    """The agent's hooks, for this turn (docs/hooks.md)."""
+    who = Who(
+        session_key=job.session_key,
+        agent_id=job.agent_id,
+        requester=qualified_user(job.platform, job.sender_id),
+    )
+    return hooks_for(settings, who)
+
+
+def _user_message(
+    deps: Deps, job: TurnJob, history: list[dict[str, Any]], hooks: Hooks
+) -> dict[str, Any] | None:
     """The turn's new message: the person's, or a continuation's fan-in prompt (None when
     the continuation was cancelled by ``/stop`` or another worker already runs it). A later
     attempt whose earlier one died before recording it does not start the join again (it
@@ -266,7 +285,7 @@ def _user_message(deps: Deps, job: TurnJob, history: list[dict[str, Any]]) -> di
     if join is None or (job.attempt == 1 and not deps.joins.start(job.join_id)):
         log.info("continuation %s not started: cancelled or already running", job.join_id)
         return None
-    return {"role": "user", "content": continuation_prompt(deps, join, history)}
+    return {"role": "user", "content": continuation_prompt(deps, join, history, hooks=hooks)}
 
 
 def _seal(deps: Deps, plan: JoinPlan | None) -> None:
@@ -372,6 +391,9 @@ def _answer(
         return _with_spawns(str(exc), ctx)
     except RunInterrupted:
         return _with_spawns("Stopped.", ctx)
+    except HookFailed as exc:  # the turn answers it, never tried again (docs/hooks.md)
+        log.warning("turn in %s: %s", job.session_key, exc)
+        return _with_spawns(f"{Icon.WARNING} {exc}", ctx)
     except abort.Aborted:  # threads pool: a hard stop before the model call
         return _aborted(deps, job, ctx)
     except BaseTimeoutException:

@@ -94,8 +94,11 @@ def console(
     """Run everything locally: private Redis, workers, and a terminal chat."""
     from bot.cli.preflight import require_redis, require_skills
     from bot.console.app import run_console
+    from bot.hooks.resolve import check as check_hooks
 
     settings = _settings("console")
+    with startup("console"):
+        check_hooks(settings)  # its workers would refuse to start: say it here, once
     _log_to("console", settings, settings.state_dir / "console.log")
     with startup("console"):
         require_skills(settings)

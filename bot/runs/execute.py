@@ -20,6 +20,7 @@ from rq.timeouts import BaseTimeoutException, JobTimeoutException
 from bot.deps import Deps
 from bot.errors import (
     BudgetExceeded,
+    HookFailed,
     ModelCallFailed,
     RunDeadline,
     RunFailed,
@@ -27,6 +28,7 @@ from bot.errors import (
     RunStalled,
     RunStopped,
 )
+from bot.hooks.chain import run_hooks
 from bot.runs.approval_gate import post_request
 from bot.runs.budget import run_guard
 from bot.runs.finalize import finalize_run
@@ -99,6 +101,7 @@ def execute_run(
                 return SUPERSEDED
             _park(deps, record, meter, parked)
             return "parked"
+        status, text, notes = _at_end(deps, record, meter, status, text, notes)
         # The watch stops now; its thread is joined once the announce is written (the
         # finalize script decides alone whether this call or the watch's ends the run).
         watch.done.set()
@@ -213,6 +216,19 @@ def _drive(
         note = f"step limit ({deps.settings.openai.max_steps}) reached; result is partial"
         return RunStatus.SUCCESS, result.text, note
     return RunStatus.SUCCESS, result.text, ""
+
+
+def _at_end(
+    deps: Deps, record: RunRecord, meter: Meter, status: RunStatus, text: str, notes: str
+) -> tuple[RunStatus, str, str]:
+    """How the run ends once its hooks saw it (docs/hooks.md): they may change its result;
+    one that raises makes it an error naming the hook. Slow hooks' lines join the notes."""
+    hooks = run_hooks(deps.settings, record, report=meter.remarks.append)
+    try:
+        text = hooks.run_end(status=status.value, result=text, notes=notes)
+    except HookFailed as exc:
+        status, notes = RunStatus.ERROR, "\n".join(n for n in (notes, str(exc)) if n)
+    return status, text, "\n".join(n for n in (notes, *meter.remarks) if n)
 
 
 def _park(deps: Deps, record: RunRecord, meter: Meter, parked: RunParked) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from bot.config import Settings
 from bot.deps import Deps
+from bot.hooks.chain import NO_HOOKS, Hooks, at_fan_in
 from bot.models.tokens import CHARS_PER_TOKEN, SAFETY_MARGIN
 from bot.models.window import window_for
 from bot.observe import tracing
@@ -266,10 +267,13 @@ def results_chars(settings: Settings, agent_id: str) -> int:
     return min(INLINE_RESULTS_CHARS, share)
 
 
-def continuation_prompt(deps: Deps, join: JoinRecord, history: list[dict[str, Any]]) -> str:
+def continuation_prompt(
+    deps: Deps, join: JoinRecord, history: list[dict[str, Any]], *, hooks: Hooks = NO_HOOKS
+) -> str:
     """The continuation turn's input: each run's status, and its result where the loaded
-    history no longer holds its note (finalize wrote one per run)."""
-    runs = sorted(deps.runs.get_many(join.run_ids), key=lambda r: r.seq)
+    history no longer holds its note (finalize wrote one per run). The waiting agent's
+    ``hooks`` see and may change the results first (docs/hooks.md)."""
+    runs = at_fan_in(hooks, sorted(deps.runs.get_many(join.run_ids), key=lambda r: r.seq))
     seen = "\n".join(str(m.get("content", "")) for m in history)
     quiet = {r.run_id for r in runs if is_quiet(r)}  # answered ANNOUNCE_SKIP: nothing to show
     missing = [r for r in runs if r.run_id not in quiet and f"[{run_title(r)} (" not in seen]

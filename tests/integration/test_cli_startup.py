@@ -180,3 +180,23 @@ async def test_a_gateway_whose_only_platform_refuses_its_token(home: Path, redis
     )
     line = one_line(done, "gateway", "slack: Slack rejected FANBOT_SLACK__BOT_TOKEN (auth.test)")
     assert "xoxb-wrong-token" not in line
+
+
+@pytest.mark.parametrize("command", ["worker", "console"])
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("myhooks:nope", "'myhooks' has no attribute 'nope'"),
+        ("myhooks.NOT_A_HOOK", "is a int, not a callable"),
+        ("nosuch_hooks_x:f", "cannot import 'nosuch_hooks_x'"),
+    ],
+)
+def test_a_hook_that_cannot_be_found_stops_start_up(
+    home: Path, command: str, path: str, why: str
+) -> None:
+    (home / "myhooks.py").write_text("NOT_A_HOOK = 1\n\n\ndef ok(event):\n    pass\n")
+    types = f'[{{"name": "a", "middleware": ["myhooks:ok", "{path}"]}}]'
+    env = {"FANBOT_SUBAGENT_TYPES": types}
+    one_line(
+        run(home, command, env), command, f"FANBOT_SUBAGENT_TYPES[0].middleware[1] '{path}'", why
+    )

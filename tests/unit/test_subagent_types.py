@@ -34,7 +34,11 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 BAD_TYPES = [
-    ([{"name": "a", "middleware": []}], "FANBOT_SUBAGENT_TYPES[0].middleware is not a setting"),
+    ([{"name": "a", "middlewares": []}], "FANBOT_SUBAGENT_TYPES[0].middlewares is not a setting"),
+    (
+        [{"name": "a", "middleware": ["no_dots"]}],
+        "FANBOT_SUBAGENT_TYPES[0].middleware: 'no_dots' is not",
+    ),
     ([{"name": "a", "interrupt_on": {}}], "FANBOT_SUBAGENT_TYPES[0].interrupt_on is not a setting"),
     ([{"name": "a"}, {"name": "a"}], "subagent type 'a' is defined twice"),
     ([{"name": "a", "runnable": "nosuch_module_x:f"}], "cannot import 'nosuch_module_x'"),

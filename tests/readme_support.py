@@ -1,18 +1,20 @@
-"""Reading README.md sections, for the tests that hold the README to the code."""
+"""Reading sections of README.md and the docs pages, for the tests that hold them to the code."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 
-def section(title: str) -> str:
-    """The text under ``## title`` up to the next ``## `` heading."""
-    text = README.read_text(encoding="utf-8")
+def section(title: str, page: Path = README) -> str:
+    """The text under ``## title`` in ``page`` up to the next ``## `` heading."""
+    text = page.read_text(encoding="utf-8")
     match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match is not None, f"README has no section {title!r}"
+    assert match is not None, f"{page.name} has no section {title!r}"
     return match[1]
 
 

@@ -10,7 +10,7 @@ make a new connection whenever the old master shows it is no longer one. redis-p
 that for ``READONLY`` (a demoted master); fanbot's connections also do it for
 ``NOREPLICAS`` (a master whose replica was just promoted refuses writes when it runs with
 ``min-replicas-to-write``, which is what keeps a forced failover from losing writes; see
-the README) and ``UNBLOCKED`` (a blocking read cut off by the demotion).
+docs/operations.md) and ``UNBLOCKED`` (a blocking read cut off by the demotion).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The set-up guides (deploy/guides/) and the Slack manifests (deploy/slack/) stay true.
+"""The set-up guides (docs/guides/) and the Slack manifests (deploy/slack/) stay true.
 
 - Each manifest validates against a JSON Schema of the subset of Slack's manifest format
   it uses, subscribes to exactly the events :mod:`adapters.slack.convert` handles, and asks
@@ -43,7 +43,7 @@ from bot.config import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-GUIDES = ROOT / "deploy" / "guides"
+GUIDES = ROOT / "docs" / "guides"
 SLACK_DIR = ROOT / "deploy" / "slack"
 SOCKET_MANIFEST = SLACK_DIR / "manifest.yml"
 HTTP_MANIFEST = SLACK_DIR / "manifest-http.yml"

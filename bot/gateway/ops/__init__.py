@@ -2,7 +2,7 @@
 
 Served at ``/ops`` on the gateway's HTTP port when ``FANBOT_OPS__TOKEN`` is set (else not
 at all: 404). Read-only but for one action, replaying dead letters, which needs
-``FANBOT_OPS__ADMIN_TOKEN``. See README "Ops page".
+``FANBOT_OPS__ADMIN_TOKEN``. See docs/operations.md "Ops page".
 
 Layout: :mod:`.auth` (who may do what, pure), :mod:`.snapshot` (the reads, through the
 stores), :mod:`.view` (snapshot to display rows, pure), :mod:`.templates` (HTML) and

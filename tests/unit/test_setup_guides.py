@@ -579,6 +579,8 @@ def test_every_fanbot_command_in_a_guide_exists(path: Path) -> None:
     known = set(group.commands)  # type: ignore[attr-defined]
     used = set(re.findall(r"`fanbot ([a-z][a-z-]*)", path.read_text()))
     assert "doctor" in used
+    if path.name in REQUIRED_NAMES:  # a platform guide starts the whole path
+        assert {"gateway", "worker"} <= used, used
     assert used <= known, used - known
 
 
@@ -630,6 +632,13 @@ QUOTED = [
     ("matrix.md", "cannot decrypt", "matrix: cannot decrypt event", "adapters/matrix/channel.py"),
     ("matrix.md", "adapter matrix started", "adapter %s started", "bot/gateway/runtime.py"),
     ("matrix.md", "reachable; user", None, "bot/cli/doctor.py"),
+    *[(guide, "started 4 worker(s) on", "started %d worker(s) on", "workers/launcher.py")
+      for guide in ("slack.md", "telegram.md", "matrix.md")],
+    *[(guide, "Started subagent #",
+       "Started {run_title(ref, noun='subagent'", "bot/commands/spawn_command.py")
+      for guide in ("slack.md", "telegram.md", "matrix.md")],
+    *[(guide, "Status: success", "Status: {status.value}", "bot/runs/render.py")
+      for guide in ("slack.md", "telegram.md", "matrix.md")],
 ]  # fmt: skip
 
 

@@ -165,7 +165,7 @@ def _rows(model: type[BaseModel], prefix: tuple[str, ...]) -> Iterator[_Row]:
     for name, field in model.model_fields.items():
         loc = (*prefix, name)
         nested = _model_of(field.annotation)
-        if nested is not None and field.default_factory is nested:
+        if nested is not None:  # a section, or an optional table (its keys, dotted)
             yield from _rows(nested, loc)
             continue
         kind = _type_name(field.annotation)

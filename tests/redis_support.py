@@ -213,7 +213,7 @@ def sentinel_config(*, service: str, master_port: int, quorum: int) -> str:
 @dataclass(kw_only=True)
 class SentinelDeployment:
     """A master, two replicas and three Sentinels (quorum 2) on loopback ports, each node
-    with :data:`NODE_ARGS` (the README's production settings)."""
+    with :data:`NODE_ARGS` (docs/operations.md's production settings)."""
 
     root: Path
     service: str = "fanbot"

@@ -1,4 +1,4 @@
-"""deploy/k8s/ validates offline and says what the README and the code say.
+"""deploy/k8s/ validates offline and says what the docs and the code say.
 
 - Every built-in resource validates against the Kubernetes JSON schemas that
   ``kubernetes-validate`` bundles (strict: an unknown field is an error), with the network

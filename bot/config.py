@@ -109,18 +109,36 @@ class OpenAISettings(_Section):
     """One OpenAI-compatible endpoint: ``FANBOT_OPENAI__*`` is the default one, each
     ``[models.endpoints.<name>]`` another (docs/models.md)."""
 
-    base_url: str | None = None
-    api_key: SecretStr | None = None
+    base_url: str | None = Field(
+        None,
+        description="The endpoint's base URL (unset: OpenAI's; OPENAI_BASE_URL also honoured).",
+    )
+    api_key: SecretStr | None = Field(
+        None, description="The endpoint's API key (OPENAI_API_KEY also honoured)."
+    )
     kind: ServerKind = Field("auto", description="What serves it (its wire dialect).")
     context_window: int | None = Field(
         None, ge=512, description="Tokens a call may hold (prompt and answer); unset: unknown."
     )
-    model: str = "gpt-4o-mini"
+    model: str = Field(
+        "gpt-4o-mini",
+        description="The model the main agent (and, unless set otherwise, subagents) uses.",
+    )
     models: list[str] = Field(default_factory=list, description="Known model names.")
-    request_timeout: float = Field(60.0, gt=0, le=3600)
-    max_retries: int = Field(2, ge=0, le=10)
-    max_steps: int = Field(12, ge=1, le=100)
-    max_output_tokens: int | None = Field(None, ge=1)
+    request_timeout: float = Field(
+        60.0, gt=0, le=3600, description="Seconds one model call may take."
+    )
+    max_retries: int = Field(
+        2, ge=0, le=10, description="SDK retries of a call that got a 429 or 5xx."
+    )
+    max_steps: int = Field(
+        12, ge=1, le=100, description="Model calls (tool-loop steps) of one turn or run."
+    )
+    max_output_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Sent on every model call (max_completion_tokens or max_tokens, as the server kind takes it); budgets reserve this much output per call (unset: 4096).",
+    )
     max_reply_chars: int = Field(
         200_000,
         ge=1_000,
@@ -156,8 +174,8 @@ class OpenAISettings(_Section):
 class Price(_Section):
     """USD per one million tokens."""
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
+    input: float = Field(ge=0, description="USD per 1M prompt tokens.")
+    output: float = Field(ge=0, description="USD per 1M completion tokens.")
     cached_input: float | None = Field(
         None, ge=0, description="Prompt tokens read from the provider's cache (unset: input)."
     )
@@ -167,7 +185,7 @@ class ModelEntry(_Section):
     """One model on a named endpoint (``[models.models."<endpoint>/<model>"]``)."""
 
     context_window: int | None = Field(None, ge=512, description="Overrides the endpoint's.")
-    max_output_tokens: int | None = Field(None, ge=1)
+    max_output_tokens: int | None = Field(None, ge=1, description="Overrides the endpoint's.")
     fallbacks: list[str] = Field(
         default_factory=list,
         description="Models (``endpoint/model``) asked, in order, when this one's endpoint "
@@ -180,17 +198,42 @@ class ModelsSettings(_Section):
     """Named endpoints and the models on them (``FANBOT_MODELS``); a model is addressed as
     ``endpoint/model``; ``default`` is the ``FANBOT_OPENAI__*`` endpoint."""
 
-    endpoints: dict[str, OpenAISettings] = Field(default_factory=dict)
-    models: dict[str, ModelEntry] = Field(default_factory=dict)
+    endpoints: dict[str, OpenAISettings] = Field(
+        default_factory=dict,
+        description="More endpoints by name, each with every FANBOT_OPENAI__* setting (docs/models.md).",
+    )
+    models: dict[str, ModelEntry] = Field(
+        default_factory=dict,
+        description="Models on the endpoints, by 'endpoint/model': context window, output limit, fallbacks, price.",
+    )
 
 
 class SubagentSettings(_Section):
-    max_concurrent: int = Field(8, ge=1, le=1000)
-    model: str | None = None
-    thinking: ThinkingLevel = None
-    run_timeout_seconds: int = Field(600, ge=1, le=86_400)
-    archive_after_minutes: float = Field(60, ge=0)
-    heartbeat_seconds: float = Field(1.0, gt=0, le=60)
+    max_concurrent: int = Field(
+        8,
+        ge=1,
+        le=1000,
+        description="Subagent runs executing at once, shared fairly between sessions.",
+    )
+    model: str | None = Field(
+        None,
+        description="Default subagent model (after the spawn's, the type's and the agent's; unset: the main model).",
+    )
+    thinking: ThinkingLevel = Field(
+        None, description="Default reasoning effort of subagent runs (unset: the model's default)."
+    )
+    run_timeout_seconds: int = Field(
+        600,
+        ge=1,
+        le=86_400,
+        description="Soft deadline of a run; RQ's hard limit is this plus job_grace_seconds.",
+    )
+    archive_after_minutes: float = Field(
+        60, ge=0, description="Finished child sessions are archived this long after they end."
+    )
+    heartbeat_seconds: float = Field(
+        1.0, gt=0, le=60, description="How often a running run or turn writes its heartbeat."
+    )
     stale_after_seconds: float = Field(
         4.0,
         gt=0,
@@ -205,7 +248,12 @@ class SubagentSettings(_Section):
         description="Times a run (or turn) whose worker died is resumed; one more death "
         "ends it unknown.",
     )
-    hard_kill_grace_seconds: float = Field(5.0, ge=0, le=600)
+    hard_kill_grace_seconds: float = Field(
+        5.0,
+        ge=0,
+        le=600,
+        description="A stopped run whose job still executes this long after the stop gets its hard stop sent again.",
+    )
     job_grace_seconds: int = Field(
         15, ge=1, le=3600, description="RQ's hard job timeout is the run timeout plus this."
     )
@@ -215,8 +263,12 @@ class SubagentSettings(_Section):
     retention_days: float = Field(
         7.0, gt=0, le=3650, description="Archived runs and transcripts are deleted after this."
     )
-    max_spawns_per_turn: int = Field(16, ge=1, le=200)
-    max_result_chars: int = Field(20_000, ge=100)
+    max_spawns_per_turn: int = Field(
+        16, ge=1, le=200, description="sessions_spawn calls one turn may make; more are refused."
+    )
+    max_result_chars: int = Field(
+        20_000, ge=100, description="An announce's result is cut to this, with a note."
+    )
     max_run_timeout_seconds: int = Field(
         14_400,
         ge=0,
@@ -235,7 +287,9 @@ class SubagentSettings(_Section):
     max_spawn_depth: int = Field(
         1, ge=1, le=5, description="1: only the main agent spawns; 2+: orchestrator runs nest."
     )
-    max_children_per_run: int = Field(5, ge=1, le=100)
+    max_children_per_run: int = Field(
+        5, ge=1, le=100, description="Children one orchestrator run may spawn."
+    )
     max_concurrent_per_session: int | None = Field(
         None, ge=1, le=1000, description="Optional hard cap of one session's runs at once."
     )
@@ -295,14 +349,20 @@ class BudgetSettings(_Section):
     """Spend limits (tokens = prompt + completion as the model reports them; USD at
     ``FANBOT_PRICES`` / the price table). None: no limit."""
 
-    run_tokens: int | None = Field(None, ge=1)
-    run_usd: float | None = Field(None, gt=0)
+    run_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Default token limit of each run (the least of this, its type's and the spawn's applies).",
+    )
+    run_usd: float | None = Field(None, gt=0, description="Default USD limit of each run.")
     tree_tokens: int | None = Field(None, ge=1, description="A root run and its descendants.")
-    tree_usd: float | None = Field(None, gt=0)
+    tree_usd: float | None = Field(
+        None, gt=0, description="USD limit of a root run and its descendants together."
+    )
     thread_daily_tokens: int | None = Field(None, ge=1, description="Per thread per UTC day.")
-    thread_daily_usd: float | None = Field(None, gt=0)
+    thread_daily_usd: float | None = Field(None, gt=0, description="USD per thread per UTC day.")
     user_daily_tokens: int | None = Field(None, ge=1, description="Per user per UTC day.")
-    user_daily_usd: float | None = Field(None, gt=0)
+    user_daily_usd: float | None = Field(None, gt=0, description="USD per user per UTC day.")
     warn_fraction: float = Field(0.8, gt=0, lt=1, description="Warn at this share of a limit.")
     approve_above_usd: float | None = Field(
         None,
@@ -316,12 +376,17 @@ class SubagentType(_Section):
     """One subagent type: a model-driven one (prompt, tools, model) or a compiled one
     (``runnable``: a Python object that gets ``{"messages": [...]}``)."""
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="The type's name, as sessions_spawn and /subagents spawn give it.",
+    )
     description: str = Field("", description="What the main agent reads to choose the type.")
-    system_prompt: str = ""
+    system_prompt: str = Field("", description="Its runs' system prompt.")
     tools: list[str] = Field(default_factory=list, description="Empty means every tool.")
-    model: str | None = None
-    thinking: ThinkingLevel = None
+    model: str | None = Field(None, description="Its runs' model (endpoint/model).")
+    thinking: ThinkingLevel = Field(None, description="Its runs' reasoning effort.")
     context: Literal["isolated", "fork"] = Field(
         "isolated", description="fork: the run also sees the requester's recent messages."
     )
@@ -401,14 +466,23 @@ class ToolRule(_Section):
     """One layer of tool policy (names or fnmatch patterns); deny wins."""
 
     allow: list[str] = Field(default_factory=list, description="Empty means every tool.")
-    deny: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(
+        default_factory=list,
+        description="Tools (names or fnmatch patterns) never offered; deny wins over allow.",
+    )
 
 
 class AgentSettings(_Section):
-    system_prompt: str = ""
-    model: str | None = None
-    subagent_model: str | None = None
-    subagent_thinking: str | None = None
+    system_prompt: str = Field("", description="The agent's system prompt for its main turns.")
+    model: str | None = Field(
+        None, description="The model of its main turns (unset: FANBOT_OPENAI__MODEL)."
+    )
+    subagent_model: str | None = Field(
+        None, description="Default model of the subagent runs it starts."
+    )
+    subagent_thinking: str | None = Field(
+        None, description="Default reasoning effort of the subagent runs it starts."
+    )
     tools: ToolRule = Field(default_factory=ToolRule, description="This agent's main turns.")
     skills: list[Path] = Field(
         default_factory=list,
@@ -437,7 +511,10 @@ class AgentSettings(_Section):
 
 class ToolPolicy(_Section):
     allow: list[str] = Field(default_factory=list, description="Empty means every tool.")
-    deny: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(
+        default_factory=list,
+        description="Tools (names or fnmatch patterns) never offered; deny wins over allow.",
+    )
     subagents: ToolRule = Field(default_factory=ToolRule, description="Subagent runs only.")
     extra: list[str] = Field(
         default_factory=list, description="Plug-in tools as 'module:attribute'."
@@ -455,8 +532,15 @@ class ApprovalSettings(_Section):
 
 
 class HistorySettings(_Section):
-    max_messages: int = Field(60, ge=2, le=10_000)
-    max_message_chars: int = Field(16_000, ge=100)
+    max_messages: int = Field(
+        60,
+        ge=2,
+        le=10_000,
+        description="Messages a session's history keeps (the model sees them); older ones are trimmed.",
+    )
+    max_message_chars: int = Field(
+        16_000, ge=100, description="One history message is cut to this, with a note."
+    )
 
 
 class SessionsSettings(_Section):
@@ -476,17 +560,41 @@ class SessionsSettings(_Section):
 
 
 class GatewaySettings(_Section):
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(8080, ge=0, le=65535)
-    progress_edit_seconds: float = Field(3.0, ge=0)
-    delivery_attempts: int = Field(8, ge=1, le=100)
-    delivery_backoff_seconds: float = Field(1.0, gt=0)
-    delivery_backoff_max_seconds: float = Field(60.0, gt=0)
-    reclaim_idle_seconds: float = Field(30.0, gt=0)
+    http_host: str = Field(
+        "127.0.0.1",
+        description="Where Slack HTTP events, the Telegram webhook, the ops page and the health endpoints are served.",
+    )
+    http_port: int = Field(
+        8080, ge=0, le=65535, description="The gateway's HTTP port (0: any free port)."
+    )
+    progress_edit_seconds: float = Field(
+        3.0, ge=0, description="Minimum time between edits of a run's status message."
+    )
+    delivery_attempts: int = Field(
+        8,
+        ge=1,
+        le=100,
+        description="Outbox delivery attempts before an entry goes to the dead-letter stream.",
+    )
+    delivery_backoff_seconds: float = Field(
+        1.0, gt=0, description="The first retry's backoff (it doubles)."
+    )
+    delivery_backoff_max_seconds: float = Field(
+        60.0, gt=0, description="The longest backoff between delivery attempts."
+    )
+    reclaim_idle_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="An outbox entry unacknowledged this long is reclaimed by another gateway.",
+    )
     alive_ttl_seconds: float = Field(
         6.0, ge=1, le=300, description="A gateway silent this long is presumed dead."
     )
-    dedupe_ttl_seconds: int = Field(86_400, ge=60)
+    dedupe_ttl_seconds: int = Field(
+        86_400,
+        ge=60,
+        description="How long a platform event id is remembered, so a redelivery gets no second turn.",
+    )
     max_inbound_chars: int = Field(
         32_000,
         ge=100,
@@ -501,7 +609,10 @@ class GatewaySettings(_Section):
         description="A longer turn reply is cut to this, with a note (at most ~6 platform "
         "messages).",
     )
-    require_mention: bool = True
+    require_mention: bool = Field(
+        True,
+        description="In groups, a message starts a turn only when it mentions the bot (or continues a thread); DMs always do.",
+    )
 
 
 class ObserveSettings(_Section):
@@ -541,11 +652,17 @@ class PlatformAccess(_Section):
 
 
 class SlackSettings(PlatformAccess):
-    bot_token: SecretStr | None = None
-    app_token: SecretStr | None = None
-    signing_secret: SecretStr | None = None
-    api_url: str = "https://slack.com/api/"
-    mode: Literal["socket", "http"] = "socket"
+    bot_token: SecretStr | None = Field(
+        None, description="The bot token (xoxb-…); Slack starts when it is set."
+    )
+    app_token: SecretStr | None = Field(
+        None, description="The app-level token (xapp-…) Socket Mode needs."
+    )
+    signing_secret: SecretStr | None = Field(None, description="Verifies HTTP mode's requests.")
+    api_url: str = Field("https://slack.com/api/", description="Slack's Web API base URL.")
+    mode: Literal["socket", "http"] = Field(
+        "socket", description="socket: Socket Mode (no public URL); http: Events API over HTTPS."
+    )
     http_path: str = Field("/slack/events", pattern=r"^/", description="HTTP Events route.")
     bot_user_id: str | None = Field(None, description="Overrides the auth.test user id.")
     slash_command: str = Field("/subagents", pattern=r"^/", description="Registered command.")
@@ -553,7 +670,9 @@ class SlackSettings(PlatformAccess):
     rate_limit_wait_max_seconds: float = Field(
         5.0, ge=0, le=120, description="Wait in-client for a 429 this short, once; else fail."
     )
-    socket_ping_interval: float = Field(10.0, gt=0, le=300)
+    socket_ping_interval: float = Field(
+        10.0, gt=0, le=300, description="Socket Mode's ping period, in seconds."
+    )
     assistant_status: bool = Field(True, description="typing() via assistant.threads.setStatus.")
 
     @property
@@ -568,12 +687,22 @@ class TelegramSettings(PlatformAccess):
     """Telegram: long polling unless ``webhook_url`` is set (then ``webhook_secret`` is required
     and the gateway serves the webhook at the URL's path on its HTTP port)."""
 
-    continue_threads: bool = False
-    bot_token: SecretStr | None = None
-    api_url: str = "https://api.telegram.org/bot"
-    file_url: str = "https://api.telegram.org/file/bot"
-    webhook_url: str | None = None
-    webhook_secret: SecretStr | None = None
+    continue_threads: bool = Field(
+        False, description="In groups, messages in a topic with a session need no mention."
+    )
+    bot_token: SecretStr | None = Field(
+        None, description="The token from BotFather; Telegram starts when it is set."
+    )
+    api_url: str = Field("https://api.telegram.org/bot", description="Bot API base URL.")
+    file_url: str = Field(
+        "https://api.telegram.org/file/bot", description="Bot API file download base URL."
+    )
+    webhook_url: str | None = Field(
+        None, description="Receive updates at this public URL instead of long polling."
+    )
+    webhook_secret: SecretStr | None = Field(
+        None, description="Checks the webhook's requests (required with webhook_url)."
+    )
     poll_timeout_seconds: int = Field(30, ge=0, le=50, description="getUpdates long-poll wait.")
 
     @field_validator("webhook_secret")
@@ -595,22 +724,30 @@ class TelegramSettings(PlatformAccess):
 
 
 class MatrixSettings(PlatformAccess):
-    homeserver: str | None = None
-    user_id: str | None = None
-    password: SecretStr | None = None
-    access_token: SecretStr | None = None
-    store_path: str | None = None
-    device_name: str = "fanbot"
+    homeserver: str | None = Field(
+        None,
+        description="The homeserver's URL; Matrix starts when it, user_id and a password or access token are set.",
+    )
+    user_id: str | None = Field(None, description="The bot's Matrix user id (@bot:example.org).")
+    password: SecretStr | None = Field(None, description="Password login (or access_token).")
+    access_token: SecretStr | None = Field(None, description="Access-token login (or password).")
+    store_path: str | None = Field(
+        None,
+        description="Keeps the device id, the sync position and, with encryption, the keys: keep it across restarts (unset: <state_dir>/matrix).",
+    )
+    device_name: str = Field("fanbot", description="Device name of a password login.")
     thread_replies: bool = Field(
         True, description="Answer a timeline mention in a thread rooted at it (else inline)."
     )
-    encryption: bool = False
+    encryption: bool = Field(False, description="Read and write end-to-end encrypted rooms.")
     join_any_invite: bool = Field(
         False,
         description="Join invites from anyone. Off: only from allow_users (empty: nobody).",
     )
-    sync_timeout_ms: int = Field(30_000, ge=0, le=120_000)
-    max_message_chars: int = Field(8_000, ge=100, le=30_000)
+    sync_timeout_ms: int = Field(30_000, ge=0, le=120_000, description="/sync long-poll wait.")
+    max_message_chars: int = Field(
+        8_000, ge=100, le=30_000, description="Characters per posted message."
+    )
 
     @property
     def configured(self) -> bool:
@@ -629,7 +766,7 @@ class WebSettings(_Section):
     timeout_seconds: float = Field(
         20.0, gt=0, le=600, description="The whole fetch: every redirect, the body included."
     )
-    max_redirects: int = Field(5, ge=0, le=10)
+    max_redirects: int = Field(5, ge=0, le=10, description="Redirects one fetch follows.")
     parse_timeout_seconds: float = Field(
         30.0,
         gt=0,
@@ -645,7 +782,7 @@ class WebSettings(_Section):
         description="Hostnames ('.corp.example' also matches its subdomains), IPs or CIDRs "
         "that may be fetched although private, loopback or link-local.",
     )
-    user_agent: str = "fanbot-web-fetch/0.1"
+    user_agent: str = Field("fanbot-web-fetch/0.1", description="The User-Agent web_fetch sends.")
 
     @field_validator("allow_hosts")
     @classmethod
@@ -662,12 +799,14 @@ class WebSettings(_Section):
 class SearchSettings(_Section):
     """``web_search``: offered only when a provider is configured."""
 
-    provider: Literal["searxng", "brave", "tavily"] | None = None
+    provider: Literal["searxng", "brave", "tavily"] | None = Field(
+        None, description="searxng, brave or tavily; unset: no web_search tool."
+    )
     url: str | None = Field(
         None, description="SearXNG's base URL (required); for Brave and Tavily, the API base."
     )
     api_key: SecretStr | None = None
-    timeout_seconds: float = Field(15.0, gt=0, le=120)
+    timeout_seconds: float = Field(15.0, gt=0, le=120, description="Seconds one search may take.")
     max_results: int = Field(10, ge=1, le=20, description="The most a call may ask for.")
 
     @model_validator(mode="after")
@@ -909,7 +1048,8 @@ class LimitsSettings(_Section):
 
 
 class Settings(BaseSettings):
-    """Everything fanbot reads at start. See README "Configuration" for each key."""
+    """Everything fanbot reads at start; docs/reference/configuration.md lists each key
+    (generated from this model: python -m bot.cli.docs_gen)."""
 
     model_config = SettingsConfigDict(
         env_prefix="FANBOT_",
@@ -918,22 +1058,56 @@ class Settings(BaseSettings):
         nested_model_default_partial_update=True,
     )
 
-    redis_url: str = "redis://localhost:6379/0"
-    key_prefix: str = Field("fanbot:", pattern=r"^[A-Za-z0-9_.:-]+$")
-    state_dir: Path = Field(default_factory=lambda: _default_state_dir())
-    agent_id: str = Field("main", pattern=r"^[A-Za-z0-9_.-]+$")
-    turn_timeout_seconds: int = Field(600, ge=10, le=86_400)
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    log_format: Literal["text", "json"] = "text"
-    admins: list[str] = Field(default_factory=list)
+    redis_url: str = Field(
+        "redis://localhost:6379/0",
+        description="The shared state (use AOF and noeviction): redis://, rediss:// (TLS), unix:// or redis+sentinel://.",
+    )
+    key_prefix: str = Field(
+        "fanbot:", pattern=r"^[A-Za-z0-9_.:-]+$", description="Prefix of every Redis key."
+    )
+    state_dir: Path = Field(
+        default_factory=lambda: _default_state_dir(),
+        description="The console's Redis data and logs: $XDG_STATE_HOME/fanbot, else ~/.local/state/fanbot.",
+    )
+    agent_id: str = Field(
+        "main",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="The main agent's id (session keys agent:<id>:…).",
+    )
+    turn_timeout_seconds: int = Field(
+        600,
+        ge=10,
+        le=86_400,
+        description="RQ's hard limit of one main-agent turn job (and of a fan-in continuation).",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Log level of every process."
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="json: one JSON object per line with run_id, session_key and trace_id where known.",
+    )
+    admins: list[str] = Field(
+        default_factory=list,
+        description="'platform:user_id' of the people allowed to steer any run and exempt from limits.",
+    )
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
-    prices: dict[str, Price] = Field(default_factory=dict)
+    prices: dict[str, Price] = Field(
+        default_factory=dict,
+        description="USD per 1M tokens by model name, for the cost line (unset: the genai-prices table).",
+    )
     models: ModelsSettings = Field(default_factory=ModelsSettings)
     subagents: SubagentSettings = Field(default_factory=SubagentSettings)
     workers: WorkerSettings = Field(default_factory=WorkerSettings)
     budgets: BudgetSettings = Field(default_factory=BudgetSettings)
-    subagent_types: list[SubagentType] = Field(default_factory=list)
-    agents: dict[str, AgentSettings] = Field(default_factory=dict)
+    subagent_types: list[SubagentType] = Field(
+        default_factory=list,
+        description="Subagent types the main agent may spawn (see the entries below).",
+    )
+    agents: dict[str, AgentSettings] = Field(
+        default_factory=dict,
+        description="Agents by id: their prompt, model, tools, skills and hooks (see the entries below).",
+    )
     tools: ToolPolicy = Field(default_factory=ToolPolicy)
     history: HistorySettings = Field(default_factory=HistorySettings)
     sessions: SessionsSettings = Field(default_factory=SessionsSettings)

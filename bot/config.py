@@ -41,7 +41,14 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from bot.config_check import closest, model_at, redis_url_problem, type_fields, unknown_keys
+from bot.config_check import (
+    closest,
+    model_at,
+    redis_url_problem,
+    type_fields,
+    unknown_env,
+    unknown_keys,
+)
 from bot.errors import ConfigError
 
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high")
@@ -1217,6 +1224,22 @@ def demo_delay(environ: Mapping[str, str] = os.environ) -> float | None:
     return value
 
 
+ENV_PREFIX = "FANBOT_"
+NOT_SETTINGS_ENV = frozenset({"FANBOT_CONFIG", DEMO_DELAY_ENV, FAILPOINTS_ENV})
+"""``FANBOT_*`` names fanbot reads that are no setting (see :func:`env_warnings`)."""
+
+
+def env_warnings(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """One line per ``FANBOT_*`` environment variable that sets nothing, with a "did you
+    mean" (pydantic-settings ignores them: a typo would be silent). Shown at start-up and by
+    ``fanbot doctor``."""
+    unknown = unknown_env(environ, Settings, prefix=ENV_PREFIX, known=NOT_SETTINGS_ENV)
+    return [
+        f"{name} is not a setting" + (f" (did you mean {near}?)" if near else "")
+        for name, near in unknown
+    ]
+
+
 def failpoint_spec() -> str:
     """``FANBOT_FAILPOINTS``: fault injection for tests (see :mod:`bot.failpoints`)."""
     return os.environ.get(FAILPOINTS_ENV, "")
@@ -1328,9 +1351,18 @@ def _one_line(text: str) -> str:
 
 
 def platform_problems(settings: Settings) -> list[str]:
-    """Platform credentials that are set but cannot work: a Slack bot token without the
-    app token (Socket Mode) or the signing secret (HTTP mode), or the other way round."""
-    s = settings.slack
+    """Platform credentials that are set but cannot work, each naming what is missing: a
+    Slack bot token without the app token (Socket Mode) or the signing secret (HTTP mode), or
+    the other way round; a Telegram webhook without the bot token; a Matrix homeserver
+    without the user id and a password or access token."""
+    return (
+        _slack_problems(settings.slack)
+        + _telegram_problems(settings.telegram)
+        + _matrix_problems(settings.matrix)
+    )
+
+
+def _slack_problems(s: SlackSettings) -> list[str]:
     if s.bot_token is None:
         given = [n for n in ("app_token", "signing_secret") if getattr(s, n) is not None]
         if given:
@@ -1350,6 +1382,40 @@ def platform_problems(settings: Settings) -> list[str]:
             "HTTP mode needs both"
         ]
     return []
+
+
+def _given(value: str | SecretStr | None) -> bool:
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    return bool(value)
+
+
+def _set_but(section: str, given: list[str], missing: list[str], why: str) -> list[str]:
+    """``FANBOT_X__A is set but FANBOT_X__B is not: <why>`` (no platform is half served)."""
+    if not given or not missing:
+        return []
+    names = " and ".join(_env_name((section, n)) for n in given)
+    verb = "is" if len(given) == 1 else "are"
+    absent = "is not" if len(missing) == 1 else "are not"
+    return [f"{names} {verb} set but {' and '.join(missing)} {absent}: {why}"]
+
+
+def _telegram_problems(t: TelegramSettings) -> list[str]:
+    """A webhook without the bot token: Telegram would serve nothing."""
+    given = [n for n in ("webhook_url", "webhook_secret") if _given(getattr(t, n))]
+    missing = [] if _given(t.bot_token) else ["FANBOT_TELEGRAM__BOT_TOKEN"]
+    return _set_but("telegram", given, missing, "Telegram needs the bot token from @BotFather")
+
+
+def _matrix_problems(m: MatrixSettings) -> list[str]:
+    """Matrix needs the homeserver, the user id and a password or an access token."""
+    fields = ("homeserver", "user_id", "password", "access_token")
+    given = [n for n in fields if _given(getattr(m, n))]
+    missing = [_env_name(("matrix", n)) for n in ("homeserver", "user_id") if n not in given]
+    if not _given(m.password) and not _given(m.access_token):
+        missing.append("FANBOT_MATRIX__PASSWORD (or FANBOT_MATRIX__ACCESS_TOKEN)")
+    why = "Matrix needs the homeserver, the bot's user id and its password or access token"
+    return _set_but("matrix", given, missing, why)
 
 
 def model_problems(settings: Settings) -> list[str]:

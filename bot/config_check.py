@@ -107,3 +107,65 @@ def redis_url_problem(value: str) -> str | None:
             "redis+sentinel://host1:26379,host2:26379/<service_name>"
         )
     return redis_url_detail(value)
+
+
+def unknown_env(
+    environ: Mapping[str, str], model: type[BaseModel], *, prefix: str, known: frozenset[str]
+) -> list[tuple[str, str | None]]:
+    """The ``prefix``-ed names in ``environ`` that set nothing ``model`` has (pydantic-settings
+    ignores an unknown top-level name, and a name under a plain value), each with a "did you
+    mean" (the closest name, or None): ``FANBOT_REDIS_URLL``, ``FANBOT_TELEGRAM_BOT_TOKEN``. ``known`` are the names read
+    outside the settings (``FANBOT_CONFIG``). A free key of a table of sections
+    (``FANBOT_MODELS__ENDPOINTS__LOCAL__BASE_URL``) is any name."""
+    found: list[tuple[str, str | None]] = []
+    names = dict.fromkeys(n.removeprefix(prefix).lower() for n in env_names(model, prefix))
+    for name in sorted(environ):
+        if not name.upper().startswith(prefix) or name.upper() in known:
+            continue
+        parts = name[len(prefix) :].lower().split("__")
+        if _env_path_known(model, parts):
+            continue
+        near = closest(name[len(prefix) :], names)
+        found.append((name, f"{prefix}{near.upper()}" if near else None))
+    return found
+
+
+def _env_path_known(model: type[BaseModel], parts: list[str]) -> bool:
+    """Whether ``parts`` (``["openai", "base_url"]``) lead to a setting of ``model``."""
+    fields = type_fields(model)
+    if parts[0] not in fields:
+        return False
+    rest = parts[1:]
+    if not rest:
+        return True
+    nested = section_of(fields[parts[0]])
+    if nested is None:  # a plain value: a table (dict[str, str]) or list takes any key
+        origin = get_origin(_unwrap(fields[parts[0]]))
+        return origin in (dict, list)
+    kind, inner = nested
+    if kind == "model":
+        return _env_path_known(inner, rest)
+    if kind == "dict":  # a free key, then the section's own fields
+        return len(rest) == 1 or _env_path_known(inner, rest[1:])
+    return True  # a list of sections: JSON, checked by the model
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X`` for ``X | None``."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def env_names(model: type[BaseModel], prefix: str) -> list[str]:
+    """Every environment name that sets a value of ``model`` (sections walked; the keys of a
+    table of sections are free, so their names are left out)."""
+    names: list[str] = []
+    for field, annotation in type_fields(model).items():
+        name = f"{prefix}{field.upper()}"
+        names.append(name)
+        nested = section_of(annotation)
+        if nested is not None and nested[0] == "model":
+            names.extend(env_names(nested[1], name + "__"))
+    return names

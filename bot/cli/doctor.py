@@ -1,4 +1,5 @@
-"""``fanbot doctor``: check configuration, Redis, the model endpoint and each platform.
+"""``fanbot doctor``: check configuration, Redis, the workers, the model endpoint and each
+platform.
 
 Platform checks use plain HTTP (the core imports no platform SDK). Every check says what
 is wrong in one line; secrets are never printed.
@@ -28,12 +29,13 @@ from bot.agent.tools.mcp import McpPool
 from bot.agent.tools.sandbox import sandbox_status
 from bot.agent.tools.sandbox_skills import skill_mounts
 from bot.cli.model_probe import probe_all
-from bot.config import Settings, config_path
+from bot.config import Settings, config_path, env_warnings
 from bot.config_check import public_url
 from bot.deps import Deps
 from bot.keys import Keys
 from bot.redis.connect import connect
 from bot.store.dead_letters import DeadLetters
+from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE, WorkerInfo
 from bot.text.units import duration
 
 
@@ -89,11 +91,38 @@ def check_redis(settings: Settings) -> list[Check]:
             Check(name="redis durability", ok=True, detail="CONFIG not allowed; not checked")
         )
     checks.append(check_dead_letters(deps.dead_letters))
+    checks.append(check_workers(deps.jobs.workers()))
     deps.close()
     return checks
 
 
 REPLAY_HINT = "fanbot doctor --replay-dead-letters"
+
+
+FED_QUEUES = (TURNS_QUEUE, SUBAGENTS_QUEUE)
+"""The RQ queues the gateway (turns) and spawns (subagents) feed."""
+
+
+def check_workers(workers: list[WorkerInfo]) -> Check:
+    """Whether a registered RQ worker listens on each queue the gateway feeds; without one,
+    messages wait unanswered and nothing says why."""
+    idle = [q for q in FED_QUEUES if not any(q in w.queues for w in workers)]
+    if idle:
+        detail = (f"no worker listens on {', '.join(idle)}: start `fanbot worker` "
+                  "(messages wait unanswered until one does)")  # fmt: skip
+        return Check(name="workers", ok=True, warn=True, detail=detail)
+    serving = [w for w in workers if set(FED_QUEUES) & set(w.queues)]
+    hosts = sorted({w.host.rpartition(":")[0] for w in serving})
+    detail = f"{len(serving)} worker(s) on {', '.join(FED_QUEUES)} (hosts {', '.join(hosts)})"
+    return Check(name="workers", ok=True, detail=detail)
+
+
+def check_env() -> Check | None:
+    """A warning naming each ``FANBOT_*`` variable that sets nothing (a typo, as a rule)."""
+    unknown = env_warnings()
+    if not unknown:
+        return None
+    return Check(name="environment", ok=True, warn=True, detail="; ".join(unknown))
 
 
 def check_dead_letters(letters: DeadLetters) -> Check:
@@ -375,7 +404,9 @@ def check_search(settings: Settings) -> Check:
 
 def run_checks(settings: Settings) -> list[Check]:
     """Every check, in report order."""
-    checks = [check_config(), *check_redis(settings), *check_models(settings)]
+    env = check_env()
+    checks = [check_config(), *([env] if env else []), *check_redis(settings)]
+    checks.extend(check_models(settings))
     checks.extend(check_tools(settings))
     checks.extend(check_skills(settings))
     checks.extend([check_sandbox(settings), check_search(settings)])

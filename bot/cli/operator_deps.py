@@ -10,7 +10,7 @@ import redis
 import typer
 
 from bot.cli.preflight import redis_unreachable
-from bot.config import load_settings
+from bot.config import env_warnings, load_settings
 from bot.deps import Deps
 from bot.errors import ConfigError
 from bot.redis.connect import connect
@@ -32,6 +32,8 @@ def operator_deps(prog: str) -> Iterator[Deps]:
     except ConfigError as exc:
         typer.echo(f"{prog}: {exc}", err=True)
         raise typer.Exit(2) from None
+    for line in env_warnings():
+        typer.echo(f"{prog}: warning: {line}", err=True)
     deps = Deps.build(settings, client=connect(settings.redis_url, socket_timeout=5, retries=0))
     try:
         deps.connection.ping()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from bot.cli.command_group import command_group
-from bot.config import Settings, load_settings
+from bot.config import Settings, env_warnings, load_settings
 from bot.errors import ConfigError, FanbotError, RedisUnavailable
 from bot.supervise.signals import stop_on_signal
 
@@ -50,7 +50,15 @@ def startup(command: str) -> Iterator[None]:
 
 def _settings(command: str) -> Settings:
     with startup(command):
-        return load_settings()
+        settings = load_settings()
+    warn_unknown_env(command)
+    return settings
+
+
+def warn_unknown_env(command: str) -> None:
+    """A line on stderr per ``FANBOT_*`` variable that sets nothing (a typo is never silent)."""
+    for line in env_warnings():
+        typer.echo(f"fanbot {command}: warning: {line}", err=True)
 
 
 def _log_to(command: str, settings: Settings, path: Path | None) -> None:
@@ -175,6 +183,8 @@ async def _serve(settings: Settings, adapters: list[ChannelAdapter]) -> None:
 def worker(ctx: typer.Context) -> None:
     """Run RQ workers on the turns and subagents queues (`fanbot worker --help` for options)."""
     launcher = importlib.import_module("workers.launcher")
+    if not {"-h", "--help"} & set(ctx.args):
+        warn_unknown_env("worker")
     with startup("worker"):
         code = launcher.main(ctx.args)
     raise typer.Exit(code)

@@ -182,6 +182,12 @@ class ModelsSettings(_Section):
 
     endpoints: dict[str, OpenAISettings] = Field(default_factory=dict)
     models: dict[str, ModelEntry] = Field(default_factory=dict)
+    allowed: list[str] = Field(
+        default_factory=list,
+        description="Models (``endpoint/model``) anyone may switch a thread to with "
+        "``/model <name>``; the agent's own model is always allowed, and an admin may pick "
+        "any configured model (docs/chat-commands.md).",
+    )
 
 
 class SubagentSettings(_Section):

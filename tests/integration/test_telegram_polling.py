@@ -78,7 +78,7 @@ async def test_private_chat_is_a_dm(tg: FakeTelegram, sink: Sink, polling: Teleg
 async def test_start_registers_commands_and_clears_webhook(
     tg: FakeTelegram, polling: TelegramChannel
 ) -> None:
-    assert [c["command"] for c in tg.commands] == ["subagents", "stop", "context", "help"]
+    assert [c["command"] for c in tg.commands] == ["subagents", "stop", "context", "new", "model", "status", "usage", "help"]
     assert tg.calls_to("deleteWebhook")
     assert polling.me.username == "fanbot_bot"
 

@@ -59,7 +59,7 @@ async def test_start_sets_the_webhook_and_never_polls(
     assert call.params["url"] == url and call.params["secret_token"] == SECRET
     assert call.params["allowed_updates"] == ["message", "edited_message", "callback_query"]
     assert tg.calls_to("getUpdates") == []
-    assert [c["command"] for c in tg.commands] == ["subagents", "stop", "context", "help"]
+    assert [c["command"] for c in tg.commands] == ["subagents", "stop", "context", "new", "model", "status", "usage", "help"]
 
 
 async def test_update_with_right_secret_reaches_the_sink_once(

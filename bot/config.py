@@ -213,6 +213,12 @@ class ModelsSettings(_Section):
         default_factory=dict,
         description="Models on the endpoints, by 'endpoint/model': context window, output limit, fallbacks, price.",
     )
+    allowed: list[str] = Field(
+        default_factory=list,
+        description="Models (``endpoint/model``) anyone may switch a thread to with "
+        "``/model <name>``; the agent's own model is always allowed, and an admin may pick "
+        "any configured model (docs/chat-commands.md).",
+    )
 
 
 class SubagentSettings(_Section):

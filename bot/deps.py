@@ -41,6 +41,7 @@ from bot.store.schedules import ScheduleStore
 from bot.store.session_ttl import SessionSweep
 from bot.store.stops import Stops
 from bot.store.summaries import SummaryStore
+from bot.store.thread_models import ThreadModels
 from bot.store.threads import ThreadBindings
 from bot.store.transcripts import TranscriptStore
 from bot.store.turn_attempts import TurnAttempts
@@ -67,6 +68,7 @@ class Deps:
     turn_attempts: TurnAttempts
     history: HistoryStore
     summaries: SummaryStore
+    thread_models: ThreadModels
     session_sweep: SessionSweep
     transcripts: TranscriptStore
     jobs: Jobs
@@ -122,6 +124,7 @@ class Deps:
                 ttl=settings.sessions.ttl_seconds,
             ),
             summaries=SummaryStore(redis=client, keys=keys, ttl=settings.sessions.ttl_seconds),
+            thread_models=ThreadModels(redis=client, keys=keys, ttl=settings.sessions.ttl_seconds),
             session_sweep=SessionSweep(redis=client, keys=keys, ttl=settings.sessions.ttl_seconds),
             transcripts=TranscriptStore(redis=client, keys=keys),
             jobs=Jobs(

@@ -118,6 +118,10 @@ class Keys:
     def session_summary(self, session_key: str) -> str:
         return f"{self.prefix}session:{session_key}:summary"
 
+    def session_model(self, session_key: str) -> str:
+        """The thread's own model (``/model``, :mod:`bot.store.thread_models`)."""
+        return f"{self.prefix}session:{session_key}:model"
+
     def turn_stop(self, session_key: str) -> str:
         return f"{self.prefix}session:{session_key}:turn_stop"
 

@@ -32,7 +32,7 @@ from bot.types import Action, Inbound, Platform, Sender, ThreadRef
 
 TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
 FILE_MSGTYPES = frozenset({"m.file", "m.image", "m.audio", "m.video"})
-COMMANDS = registry.NAMES
+COMMANDS = registry.MATCHED
 _BANG_COMMAND = re.compile(r"^!(" + "|".join(COMMANDS) + r")\b", re.IGNORECASE)
 _SLASH_COMMAND = re.compile(r"^/(" + "|".join(COMMANDS) + r")\b")
 

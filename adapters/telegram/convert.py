@@ -33,7 +33,7 @@ from bot.types import Action, Inbound, Platform, Sender, ThreadRef
 COMMANDS: tuple[tuple[str, str], ...] = registry.menu()
 """Registered with ``setMyCommands``; unaddressed ``/cmd`` counts as addressed only for these."""
 
-COMMAND_NAMES = registry.NAMES
+COMMAND_NAMES = registry.MATCHED
 GENERAL_TOPIC = 1
 REPLY_THREAD = "reply:"
 """``ThreadRef.thread`` of a reply thread (``reply:<root message id>``): a thread-bound

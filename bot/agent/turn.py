@@ -40,6 +40,7 @@ from bot.config import Settings
 from bot.deps import Deps
 from bot.errors import BudgetExceeded, HookFailed, RunInterrupted, RunParked
 from bot.hooks.chain import Hooks, Who, hooks_for
+from bot.models.catalog import main_model
 from bot.models.completion import ChatModel
 from bot.models.window import with_summary
 from bot.observe import tracing
@@ -343,7 +344,8 @@ def _answer(
     if over:  # said without calling the model
         return over
     guard = turn_guard(deps, session_key=job.session_key, user=ctx.requester, checkpoint=checkpoint)
-    agent = deps.settings.agent(job.agent_id)
+    # The thread's own model (/model) first, then its agent's (docs/chat-commands.md).
+    model_name = main_model(deps.settings, job.agent_id, deps.thread_models.get(job.session_key))
     tools = for_agent(main_agent_tools(deps.settings, job.agent_id, mcp=mcp), ctx.skills)
     control = LoopControl(
         checkpoint=checkpoint,
@@ -376,7 +378,7 @@ def _answer(
             )
         result = run_loop(
             model=model,
-            model_name=agent.model or deps.settings.openai.model,
+            model_name=model_name,
             messages=messages,
             tools=tools,
             ctx=ctx,
@@ -403,7 +405,7 @@ def _answer(
         if abort.aborted():  # threads pool: a hard stop cut the model call
             return _aborted(deps, job, ctx)
         log.warning("turn in %s failed: %s", job.session_key, type(exc).__name__)
-        why = _short_error(exc, model, agent.model or deps.settings.openai.model)
+        why = _short_error(exc, model, model_name)
         return _with_spawns(f"{Icon.WARNING} The model call failed: {why}.", ctx)
     text = result.text.strip() or "(no answer)"
     if not result.complete:

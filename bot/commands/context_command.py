@@ -13,7 +13,7 @@ import time
 
 from bot.commands.router import CommandRequest
 from bot.models import tokens
-from bot.models.catalog import resolve
+from bot.models.catalog import main_model, resolve
 from bot.models.window import window_for, with_summary
 from bot.text.sentences import clip_sentences
 from bot.text.units import ago, utc_stamp
@@ -32,7 +32,7 @@ def handle_context(req: CommandRequest) -> str:
     """The thread's token count against the window, and its summary."""
     deps, session = req.deps, req.session_key
     settings = deps.settings
-    model = settings.agent(agent_of(session) or None).model or settings.openai.model
+    model = main_model(settings, agent_of(session) or None, deps.thread_models.get(session))
     target = resolve(settings, model)
     history = deps.history.load(session)
     summary = deps.summaries.get(session)

@@ -6,7 +6,7 @@ What reads this table (so a command added here shows up everywhere at once):
 - the parser's known names (:data:`NAMES`, ``Command.known``);
 - Telegram's ``setMyCommands`` menu (:func:`menu`), and which unaddressed ``/cmd`` in a
   group counts as addressed to the bot;
-- the Matrix matcher (``!subagents`` / ``/subagents``);
+- the Matrix matcher (``!subagents`` / ``/subagents``, :data:`MATCHED`);
 - the Slack manifest check (a test compares the manifests' slash commands with
   :func:`slack_slash_commands`).
 
@@ -111,6 +111,10 @@ SUBAGENTS = (
         who="the person who made the schedule, or an admin (within `schedules.who`)",
     ),
     Subcommand(name="context", usage=": the same as `/context`"),
+    Subcommand(name="new", usage=": the same as `/new`"),
+    Subcommand(name="model", args="[name]", usage=": the same as `/model`"),
+    Subcommand(name="status", usage=": the same as `/status`"),
+    Subcommand(name="usage", usage=": the same as `/usage`"),
     Subcommand(name="help", usage=None),
 )
 """``/subagents`` actions, in the order ``/help`` and usage list them."""
@@ -133,11 +137,39 @@ COMMANDS = (
         help="how much of the model's window this thread takes, and the summary of its "
         "older turns (also `/subagents context`)",
     ),
+    ChatCommand(
+        name="new",
+        menu="Start a fresh session in this thread",
+        help="a fresh session in this thread: its earlier messages and summary are "
+        "forgotten; runs still going keep going and announce here (also `/reset`)",
+        aliases=("reset",),
+    ),
+    ChatCommand(
+        name="model",
+        menu="Show or switch this thread's model",
+        help="this thread's model and the ones you may pick; `/model <name>` switches it "
+        "(e.g. `local/qwen3`), `/model default` goes back to the agent's",
+        who="anyone, among the allowed models (`FANBOT_MODELS__ALLOWED`); an admin: any "
+        "configured model",
+    ),
+    ChatCommand(
+        name="status",
+        menu="Model, spend today, runs and budget left",
+        help="this thread's model, tokens and cost today, runs going and the daily budget left",
+    ),
+    ChatCommand(
+        name="usage",
+        menu="Tokens and cost today, yours and this thread's",
+        help="tokens and cost today for you and for this thread, and the thread's total",
+    ),
     ChatCommand(name="help", menu="How to talk to the bot", help="this list", aliases=("start",)),
 )
 
 NAMES = tuple(c.name for c in COMMANDS)
-"""The commands' names, without aliases (what platforms register and match)."""
+"""The commands' names, without aliases (what platforms register in their menus)."""
+MATCHED = NAMES + tuple(a for c in COMMANDS if c.name != "help" for a in c.aliases)
+"""The names adapters recognize as commands: :data:`NAMES` and the aliases people type
+(``/reset``; ``/start`` is Telegram's own, sent when a chat opens, so it is left out)."""
 
 
 def subcommand(name: str) -> Subcommand:

@@ -80,7 +80,11 @@ class CommandRouter:
         }
 
     def register(self, name: str, handler: Handler) -> None:
+        """Route ``name`` and its registry aliases (``/reset`` for ``/new``) to ``handler``."""
         self._handlers[name] = handler
+        for command in COMMANDS:
+            if command.name == name:
+                self._handlers.update((alias, handler) for alias in command.aliases)
 
     def handles(self, command: Command) -> bool:
         return command.name in self._handlers

@@ -22,7 +22,9 @@ from bot.commands.context_command import handle_context
 from bot.commands.parse import Command
 from bot.commands.registry import LOG_DEFAULT, LOG_MAX, SUBAGENTS, USAGE
 from bot.commands.router import UNREAD, CommandRequest, CommandRouter, early_reply
+from bot.commands.session_commands import handle_model, handle_new
 from bot.commands.spawn_command import handle_spawn
+from bot.commands.status_command import handle_status, handle_usage
 from bot.runs.access import (
     Resolution,
     channel_scope,
@@ -50,6 +52,10 @@ OWN_HANDLERS: dict[str, Callable[[CommandRequest], str]] = {
     "schedules": schedule_commands.handle_list,
     "unschedule": schedule_commands.handle_unschedule,
     "context": handle_context,
+    "new": handle_new,
+    "model": handle_model,
+    "status": handle_status,
+    "usage": handle_usage,
 }
 SUBCOMMANDS = tuple(s.name for s in SUBAGENTS if s.name not in OWN_HANDLERS)
 """The actions :func:`parse_subagents` parses (the others have their own handlers)."""
@@ -312,7 +318,12 @@ def _scope_name(req: CommandRequest) -> str:
 
 
 def register(router: CommandRouter) -> None:
-    """Add ``/subagents`` and ``/stop`` to ``router``."""
+    """Add ``/subagents``, ``/stop``, ``/context``, ``/new``, ``/model``, ``/status`` and
+    ``/usage`` to ``router``."""
     router.register("subagents", handle_subagents)
     router.register("stop", handle_stop)
     router.register("context", handle_context)
+    router.register("new", handle_new)
+    router.register("model", handle_model)
+    router.register("status", handle_status)
+    router.register("usage", handle_usage)

@@ -113,3 +113,16 @@ def configured_models(settings: Settings) -> set[str]:
     for entry in settings.models.models.values():
         names |= set(entry.fallbacks)
     return {qualified(settings, n) for n in names if n}
+
+
+def main_model(settings: Settings, agent_id: str | None, thread_model: str | None) -> str:
+    """The model of a main-agent turn: the thread's own (``/model``), else its agent's,
+    else the default endpoint's (pure)."""
+    return thread_model or settings.agent(agent_id).model or settings.openai.model
+
+
+def allowed_models(settings: Settings, agent_id: str | None) -> list[str]:
+    """The models anyone may switch a thread of ``agent_id`` to (``FANBOT_MODELS__ALLOWED``
+    and the agent's own), as :attr:`Target.name`, in order, each once (pure)."""
+    names = [main_model(settings, agent_id, None), *settings.models.allowed]
+    return list(dict.fromkeys(qualified(settings, n) for n in names if n))

@@ -24,6 +24,7 @@ module               owner on ``Deps``    what it owns
                                           (writer; the gateway's reader ``ProgressStore``)
 ``dead_letters``     ``dead_letters``     messages that ran out of retries; replay
 ``history``          ``history``          a requester session's bounded chat history
+``thread_models``    ``thread_models``    a thread's own model (``/model``)
 ``transcripts``      ``transcripts``      a run's messages, in order
 ``dedupe``           ``dedupe``           inbound events seen, claimed once
 ``stops``            ``stops``            pending hard stops and turn-stop flags

@@ -215,6 +215,14 @@ class Budgets(RedisOwner):
         tokens, usd = self.redis.hmget(self.key(scope), ["tokens", "usd"])
         return _spend(as_text(tokens or "0"), as_text(usd or "0"))
 
+    def spent_each(self, scopes: Sequence[SpendScope]) -> list[Spend]:
+        """Each scope's settled spend, in one round trip (``/usage``'s days of a thread)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for scope in scopes:
+                pipe.hmget(self.key(scope), ["tokens", "usd"])
+            raw: list[Any] = pipe.execute()
+        return [_spend(as_text(t or "0"), as_text(u or "0")) for t, u in raw]
+
     def day_usage(self, day: str) -> list[tuple[str, str, Spend]]:
         """``(kind, ident, spend)`` of every thread and user that spent on ``day``."""
         raw: Any = self.redis.smembers(self.keys.budget_day(day))

@@ -93,6 +93,16 @@ class HistoryStore(RedisOwner):
         raw = self.redis.lrange(self.keys.history(session_key), -n, -1)
         return [json.loads(item) for item in raw]
 
+    def clear(self, session_key: str) -> int:
+        """Forget the session's messages and its summary (``/new``); returns how many
+        messages there were."""
+        key = self.keys.history(session_key)
+        with self.redis.pipeline() as pipe:
+            pipe.llen(key)
+            pipe.delete(key, self.keys.session_summary(session_key))
+            count, _ = pipe.execute()
+        return int(count)
+
     def exists(self, session_key: str) -> bool:
         return bool(self.redis.exists(self.keys.history(session_key)))
 

@@ -2,7 +2,7 @@
 the session's last activity.
 
 A session's history (``session:<key>:history``), its summary (``session:<key>:summary``,
-:mod:`bot.store.summaries`), run index (``session:<key>:runs``) and run
+:mod:`bot.store.summaries`), its own model (``session:<key>:model``, ``/model``), run index (``session:<key>:runs``) and run
 counter (``session:<key>:seq``) carry a TTL that every write sets again
 (:func:`refresh`; the history's script fragment sets its own), so a thread nobody writes
 in disappears on its own: Redis runs ``noeviction`` and nothing else would remove it.
@@ -21,7 +21,7 @@ from bot.store.owner import Lua, RedisOwner
 DEFAULT_TTL = 30 * 86_400
 """Stores built without settings (scripts, tests): the setting's default, 30 days."""
 
-SESSION_KEY_SUFFIXES = (":history", ":summary", ":runs", ":seq")
+SESSION_KEY_SUFFIXES = (":history", ":summary", ":model", ":runs", ":seq")
 """The session keys that expire together (``turn_stop`` and ``joins`` expire on their own)."""
 
 
@@ -30,6 +30,7 @@ def session_keys(keys: Keys, session_key: str) -> tuple[str, ...]:
     return (
         keys.history(session_key),
         keys.session_summary(session_key),
+        keys.session_model(session_key),
         keys.session_runs(session_key),
         keys.session_seq(session_key),
     )

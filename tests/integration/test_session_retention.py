@@ -85,6 +85,7 @@ def test_the_sweep_gives_old_session_keys_a_ttl_in_bounded_passes(deps: Deps) ->
         deps.redis.zadd(deps.keys.session_runs(session), {"r": 1.0})
         deps.redis.set(deps.keys.session_seq(session), 3)
         deps.redis.hset(deps.keys.session_summary(session), "text", "s")
+        deps.redis.set(deps.keys.session_model(session), "m")
         old += session_keys(deps.keys, session)
     others = [f"{p}session:x:joins", f"{p}workspace:x", f"{p}sessionsnot:x:history"]
     for key in others:
@@ -98,7 +99,7 @@ def test_the_sweep_gives_old_session_keys_a_ttl_in_bounded_passes(deps: Deps) ->
         if int(deps.redis.get(deps.keys.session_sweep_cursor) or 0) == 0 or passes > 200:
             break
     assert passes > 1  # bounded: one pass saw only a slice of the keyspace
-    assert given == len(old) == 240
+    assert given == len(old) == 300
     assert all(0 < int(deps.redis.ttl(k)) <= 2 * DAY for k in old)
     assert [int(deps.redis.ttl(k)) for k in others] == [-1, -1, -1]  # not session keys
     deps.redis.set(deps.keys.session_sweep_cursor, 0)  # a second round: nothing more to give

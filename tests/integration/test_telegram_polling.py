@@ -9,6 +9,9 @@ from bot.testing.fake_telegram import FakeTelegram, forum, group, private, user
 from bot.types import Outbound
 from tests.integration.telegram_support import Sink, channel_for, polling, sink, tg
 
+NAMES = ["subagents", "stop", "context", "new", "model", "status", "usage", "help"]
+"""The commands registered with setMyCommands, in order (pinned on purpose)."""
+
 __all__ = ["polling", "sink", "tg"]  # fixtures
 
 FORUM = forum()
@@ -78,7 +81,7 @@ async def test_private_chat_is_a_dm(tg: FakeTelegram, sink: Sink, polling: Teleg
 async def test_start_registers_commands_and_clears_webhook(
     tg: FakeTelegram, polling: TelegramChannel
 ) -> None:
-    assert [c["command"] for c in tg.commands] == ["subagents", "stop", "context", "help"]
+    assert [c["command"] for c in tg.commands] == NAMES
     assert tg.calls_to("deleteWebhook")
     assert polling.me.username == "fanbot_bot"
 

@@ -16,6 +16,9 @@ from bot.testing.netutil import bind_loopback
 from bot.types import Inbound
 from tests.integration.telegram_support import Sink, channel_for, sink, tg
 
+NAMES = ["subagents", "stop", "context", "new", "model", "status", "usage", "help"]
+"""The commands registered with setMyCommands, in order (pinned on purpose)."""
+
 __all__ = ["sink", "tg"]  # fixtures
 
 SECRET = "s3cret-token_42"
@@ -59,7 +62,7 @@ async def test_start_sets_the_webhook_and_never_polls(
     assert call.params["url"] == url and call.params["secret_token"] == SECRET
     assert call.params["allowed_updates"] == ["message", "edited_message", "callback_query"]
     assert tg.calls_to("getUpdates") == []
-    assert [c["command"] for c in tg.commands] == ["subagents", "stop", "context", "help"]
+    assert [c["command"] for c in tg.commands] == NAMES
 
 
 async def test_update_with_right_secret_reaches_the_sink_once(

@@ -71,6 +71,8 @@ def test_dm_is_dm_and_addressed() -> None:
         ("/subagents list", [ent("bot_command", 0, 10)], "/subagents list", True),
         ("/subagents@fanbot_bot list", [ent("bot_command", 0, 21)], "/subagents list", True),
         ("/Stop@FANBOT_BOT", [ent("bot_command", 0, 16)], "/stop", True),
+        ("/reset", [ent("bot_command", 0, 6)], "/reset", True),
+        ("/model@fanbot_bot x", [ent("bot_command", 0, 17)], "/model x", True),
         ("/weather paris", [ent("bot_command", 0, 8)], "/weather paris", False),
         ("/weather@fanbot_bot", [ent("bot_command", 0, 19)], "/weather", True),
         ("plain chatter", [], "plain chatter", False),

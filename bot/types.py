@@ -184,6 +184,8 @@ class Outbound:
         replaces: Idempotency key of an earlier message whose first part this one edits
             (the platform id is looked up at delivery; a steer receipt's update).
         run_id: The run an announce announces ("" for other messages).
+        failed: A turn's reply saying the turn failed (its model call, a hook, its worker,
+            its time limit): no answer came (the console's piped mode exits 1 on one).
     """
 
     thread: ThreadRef
@@ -199,6 +201,7 @@ class Outbound:
     callback: str = ""
     replaces: str = ""
     run_id: str = ""
+    failed: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (the outbox entry); :meth:`from_json` reads it back equal."""
@@ -223,6 +226,8 @@ class Outbound:
             data["replaces"] = self.replaces
         if self.run_id:
             data["run_id"] = self.run_id
+        if self.failed:
+            data["failed"] = True
         return data
 
     @classmethod
@@ -245,6 +250,7 @@ class Outbound:
             callback=str(data.get("callback") or ""),
             replaces=str(data.get("replaces") or ""),
             run_id=str(data.get("run_id") or ""),
+            failed=bool(data.get("failed")),
         )
 
 

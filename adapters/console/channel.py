@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -29,6 +29,7 @@ from rich.text import Text
 
 from adapters.console.convert import (
     LiveView,
+    is_threads_command,
     line_to_inbound,
     live_lines,
     render,
@@ -37,6 +38,7 @@ from adapters.console.convert import (
     thread_prefix,
     thread_ref,
     thread_usage,
+    threads_listing,
 )
 from adapters.console.richtext import renderable, to_ansi
 from adapters.console.terminal import Interrupted, Terminal
@@ -66,6 +68,8 @@ class ConsoleChannel:
             standard streams are a terminal.
         history: The interactive prompt's history file.
         on_interrupt: Called on Ctrl-C at the interactive prompt.
+        known_threads: Reads the threads with a history (name -> messages, runs), for
+            ``:threads``; without it only the threads typed here are listed.
     """
 
     platform = "console"
@@ -80,6 +84,7 @@ class ConsoleChannel:
         interactive: bool | None = None,
         history: Path | None = None,
         on_interrupt: Callable[[], None] | None = None,
+        known_threads: Callable[[], Awaitable[Mapping[str, tuple[int, int]]]] | None = None,
     ) -> None:
         if interactive is None:
             interactive = stdin is None and stdout is None and _is_terminal()
@@ -90,6 +95,9 @@ class ConsoleChannel:
         self.threads: set[str] = {thread}
         self.eof = asyncio.Event()
         self.on_interrupt = on_interrupt
+        self.known_threads = known_threads
+        self.failed_turns = 0
+        """Replies that said their turn failed (the model call failed, a hook failed...)."""
         self.terminal: Terminal | None = None
         if interactive:
             self.terminal = Terminal(history=history, live=self._live_lines)
@@ -166,6 +174,9 @@ class ConsoleChannel:
         if usage is not None:
             await self._show(Outbound(thread=thread_ref(self.thread), text=usage))
             return
+        if is_threads_command(line):
+            await self._list_threads()
+            return
         target = switch_target(line)
         if target:
             self.thread = target
@@ -182,6 +193,16 @@ class ConsoleChannel:
         except Exception:  # e.g. Redis unreachable: say so, and keep the prompt
             log.warning("console: message %s not taken", message_id, exc_info=True)
             await self.say("That message could not be sent (see console.log); try again.")
+
+    async def _list_threads(self) -> None:
+        known: Mapping[str, tuple[int, int]] = {}
+        if self.known_threads is not None:
+            try:
+                known = await self.known_threads()
+            except Exception:  # e.g. Redis unreachable: the threads typed here still list
+                log.warning("console: reading the threads failed", exc_info=True)
+        text = threads_listing(known, current=self.thread, typed=self.threads)
+        await self._show(Outbound(thread=thread_ref(self.thread), text=text))
 
     # -- output --------------------------------------------------------------------------
 
@@ -213,6 +234,8 @@ class ConsoleChannel:
         """Print ``message`` as one part (nothing when ``parts`` says it is printed)."""
         book = parts or PartLog(key=message.idempotency_key)
         if book.todo(1):
+            if message.failed:
+                self.failed_turns += 1
             message_id = f"console-{next(self._ids_sent)}"
             if message.kind is OutboundKind.STATUS and self.terminal is not None:
                 self._remember_status(message_id, message.text)  # shown in the live area

@@ -4,7 +4,7 @@ the live area (runs in flight, with ticking elapsed times) -> lines."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bot.runs.naming import Icon
@@ -15,6 +15,7 @@ ACCOUNT = "local"
 CHAT = "console"
 MAX_LINE = 200_000
 THREAD_COMMAND = ":thread"
+THREADS_COMMAND = ":threads"
 _WORKER_ELAPSED = re.compile(r", (?:\d+\.\ds|\d+m\d\ds|\d+h\d\dm)$")
 """The worker's elapsed time ending a status card's tally (``· 5 tools, 3.2s``)."""
 
@@ -41,6 +42,28 @@ def thread_usage(line: str, *, current: str) -> str | None:
         f"Usage: `:thread NAME` switches to another thread (a separate conversation with its "
         f"own runs). You are in `{current}`."
     )
+
+
+def is_threads_command(line: str) -> bool:
+    """``:threads`` lists the console's threads (the console's own command)."""
+    return line.strip() == THREADS_COMMAND
+
+
+def threads_listing(
+    known: Mapping[str, tuple[int, int]], *, current: str, typed: Iterable[str]
+) -> str:
+    """The answer to ``:threads`` (pure): every thread with a history (``known``: name ->
+    (messages, runs), kept by the console's Redis across consoles) and the ones typed in
+    this console, the current one marked."""
+    names = sorted({*known, *typed, current}, key=lambda n: (n != current, n))
+    lines = ["Threads (`:thread NAME` switches; `*` is this one):"]
+    for name in names:
+        messages, runs = known.get(name, (0, 0))
+        said = f"{messages} message{'s' if messages != 1 else ''}"
+        numbered = f"{runs} run{'s' if runs != 1 else ''}" if runs else "no runs"
+        mark = "*" if name == current else "-"
+        lines.append(f"{mark} `{name}` — {said}, {numbered}")
+    return "\n".join(lines)
 
 
 def line_to_inbound(line: str, *, thread: str, user: str, message_id: str) -> Inbound | None:

@@ -77,7 +77,7 @@ class SpawnArgs(BaseModel):
         if not value:
             raise ValueError("task is empty; describe the work for the subagent")
         if len(value) > 20_000:
-            raise ValueError("task is longer than 20000 characters")
+            raise ValueError(f"task is {len(value):,} characters long; at most 20,000 are allowed")
         return value
 
 

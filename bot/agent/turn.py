@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import openai
@@ -183,7 +184,7 @@ def _execute(
         hooks=hooks,
     )
     try:
-        text = _answer(deps, model, job, messages, ctx, mcp, steps=steps, job_id=job_id)
+        answer = _answer(deps, model, job, messages, ctx, mcp, steps=steps, job_id=job_id)
     except RunParked as parked:
         _park(deps, job, job_id, parked.approval_id)
         return ""  # not sealed: the resumed turn may still spawn into its fan-in
@@ -191,10 +192,10 @@ def _execute(
         _seal(deps, plan)
         raise
     try:
-        _commit(deps, job, thread, user_message, text)
+        _commit(deps, job, thread, user_message, answer.text, failed=answer.failed)
     finally:
         _seal(deps, plan)
-    return text
+    return answer.text
 
 
 def _park(deps: Deps, job: TurnJob, job_id: str, approval_id: str) -> None:
@@ -298,7 +299,7 @@ def _seal(deps: Deps, plan: JoinPlan | None) -> None:
 def turn_stopped(deps: Deps, job: TurnJob) -> None:
     """The turn was hard-stopped (``/stop`` while it waited for the model): say so in the
     thread, in place of the answer it would have given (same idempotency key)."""
-    _close(deps, job, STOPPED_IN_MODEL_CALL)
+    _close(deps, job, STOPPED_IN_MODEL_CALL, failed=False)
 
 
 def turn_timed_out(deps: Deps, job: TurnJob) -> None:
@@ -314,10 +315,10 @@ def turn_lost(deps: Deps, job: TurnJob, *, deaths: int) -> None:
     _close(deps, job, turn_lost_line(deaths))
 
 
-def _close(deps: Deps, job: TurnJob, text: str) -> None:
-    """Post ``text`` as the answer of a turn that could not post its own, and seal its
-    fan-in."""
-    _commit(deps, job, ThreadRef.from_json(job.thread), None, text)
+def _close(deps: Deps, job: TurnJob, text: str, *, failed: bool = True) -> None:
+    """Post ``text`` as the answer of a turn that could not post its own (``failed``
+    unless a person stopped it), and seal its fan-in."""
+    _commit(deps, job, ThreadRef.from_json(job.thread), None, text, failed=failed)
     plan = plan_join(deps.settings, job)
     if plan is not None:
         seal_join(deps, plan.join_id)
@@ -333,7 +334,7 @@ def _answer(
     *,
     steps: list[dict[str, Any]],
     job_id: str,
-) -> str:
+) -> Answer:
     meter = Meter()
 
     def checkpoint() -> None:
@@ -342,7 +343,7 @@ def _answer(
 
     over = over_daily(deps, session_key=job.session_key, user=ctx.requester)
     if over:  # said without calling the model
-        return over
+        return Answer(over, failed=True)
     guard = turn_guard(deps, session_key=job.session_key, user=ctx.requester, checkpoint=checkpoint)
     # The thread's own model (/model) first, then its agent's (docs/chat-commands.md).
     model_name = main_model(deps.settings, job.agent_id, deps.thread_models.get(job.session_key))
@@ -372,7 +373,7 @@ def _answer(
         else:
             pending = _pending(tools, steps)
             if pending.answer_seen:  # it had answered; only its commit was lost
-                return pending.answered.strip() or "(no answer)"
+                return Answer(pending.answered.strip() or "(no answer)")
             _finish_step(
                 deps, job, pending, tools, ctx, messages, meter, control, max_tool_chars, gate
             )
@@ -390,29 +391,39 @@ def _answer(
             on_compact=lambda c: _keep_summary(deps, job, c),
         )
     except BudgetExceeded as exc:
-        return _with_spawns(str(exc), ctx)
+        return Answer(_with_spawns(str(exc), ctx), failed=True)
     except RunInterrupted:
-        return _with_spawns("Stopped.", ctx)
+        return Answer(_with_spawns("Stopped.", ctx))
     except HookFailed as exc:  # the turn answers it, never tried again (docs/hooks.md)
         log.warning("turn in %s: %s", job.session_key, exc)
-        return _with_spawns(f"{Icon.WARNING} {exc}", ctx)
+        return Answer(_with_spawns(f"{Icon.WARNING} {exc}", ctx), failed=True)
     except abort.Aborted:  # threads pool: a hard stop before the model call
         return _aborted(deps, job, ctx)
     except BaseTimeoutException:
-        _commit(deps, job, ctx.thread, None, TOOK_TOO_LONG)
+        _commit(deps, job, ctx.thread, None, TOOK_TOO_LONG, failed=True)
         raise
     except openai.APIError as exc:
         if abort.aborted():  # threads pool: a hard stop cut the model call
             return _aborted(deps, job, ctx)
         log.warning("turn in %s failed: %s", job.session_key, type(exc).__name__)
         why = _short_error(exc, model, model_name)
-        return _with_spawns(f"{Icon.WARNING} The model call failed: {why}.", ctx)
+        return Answer(
+            _with_spawns(f"{Icon.WARNING} The model call failed: {why}.", ctx), failed=True
+        )
     text = result.text.strip() or "(no answer)"
     if not result.complete:
         text += f"\n\n_(stopped after {meter.steps} steps)_"
     if meter.fallback_note:  # docs/models.md, "Fallbacks"
         text += f"\n\n_({meter.fallback_note})_"
-    return text
+    return Answer(text)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A turn's reply, and whether it says the turn failed (no answer came)."""
+
+    text: str
+    failed: bool = False
 
 
 def _keep_summary(deps: Deps, job: TurnJob, compacted: Compacted) -> None:
@@ -459,14 +470,14 @@ def _finish_step(
                   control=control, max_tool_chars=max_tool_chars, gate=gate)  # fmt: skip
 
 
-def _aborted(deps: Deps, job: TurnJob, ctx: ToolContext) -> str:
+def _aborted(deps: Deps, job: TurnJob, ctx: ToolContext) -> Answer:
     """The turn's answer when its run was aborted (threads pool): stopped; or, at the job's
     hard time limit, the timeout line, and the limit is raised on as RQ's own would be."""
     current = abort.current()
     if current is not None and current.timed_out:
-        _commit(deps, job, ctx.thread, None, TOOK_TOO_LONG)
+        _commit(deps, job, ctx.thread, None, TOOK_TOO_LONG, failed=True)
         raise JobTimeoutException(current.reason)
-    return _with_spawns(STOPPED_IN_MODEL_CALL, ctx)
+    return Answer(_with_spawns(STOPPED_IN_MODEL_CALL, ctx))
 
 
 def _with_spawns(text: str, ctx: ToolContext) -> str:
@@ -485,11 +496,14 @@ def _commit(
     thread: ThreadRef,
     user_message: dict[str, Any] | None,
     text: str,
+    *,
+    failed: bool = False,
 ) -> None:
     reply = Outbound(
         thread=thread,
         text=clip_markdown(text, deps.settings.gateway.max_outbound_chars),
         kind=OutboundKind.REPLY,
+        failed=failed,
         idempotency_key=job.reply_key,
         traceparent=tracing.traceparent(),
     )

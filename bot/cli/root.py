@@ -98,11 +98,22 @@ def console(
     external_redis: Annotated[
         bool, typer.Option(help="Use FANBOT_REDIS_URL instead of a private Redis.")
     ] = False,
+    reset: Annotated[
+        bool,
+        typer.Option(
+            "--reset",
+            help="Start afresh: empty the private Redis first (threads, runs, run numbers).",
+        ),
+    ] = False,
 ) -> None:
     """Run everything locally: private Redis, workers, and a terminal chat."""
     from bot.cli.preflight import require_redis, require_skills
-    from bot.console.app import run_console
+    from bot.console.app import RESET_EXTERNAL, run_console
     from bot.hooks.resolve import check as check_hooks
+
+    if reset and external_redis:
+        typer.echo(RESET_EXTERNAL, err=True)
+        raise typer.Exit(2)
 
     settings = _settings("console")
     with startup("console"):
@@ -116,7 +127,9 @@ def console(
     # A shell may start us with SIGINT ignored; Ctrl-C must still shut everything down.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        code = asyncio.run(run_console(settings, workers=workers, external_redis=external_redis))
+        code = asyncio.run(
+            run_console(settings, workers=workers, external_redis=external_redis, reset=reset)
+        )
     except KeyboardInterrupt:
         code = 130
     except STARTUP_ERRORS as exc:

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -35,11 +36,14 @@ from adapters.console.convert import LiveRun, LiveView, thread_ref
 from bot.config import Settings, demo_delay
 from bot.console.live_runs import InFlight, in_flight, stop_in_flight, stopping_line, waiting_line
 from bot.console.procs import Interrupts, WorkerGroup
+from bot.console.threads import known_threads
 from bot.demo import ChatServer, demo_model
+from bot.demo.model import DEMO_MODEL, SUBAGENTS_HINT
 from bot.deps import Deps
 from bot.errors import DirectoryBusy
 from bot.failpoints import Failpoints
 from bot.gateway.runtime import Gateway
+from bot.redis.connect import connect
 from bot.redis.server import RedisServer
 from bot.runs.naming import run_title
 from bot.sessions import requester_session_key
@@ -61,6 +65,25 @@ DELIVERY_GRACE = 1.5
 THREADS_GRACE = 2.0
 """Seconds the calls still running in threads get to return before the private Redis stops."""
 LIVE_EVERY = 0.5
+RESET_EXTERNAL = (
+    "fanbot console: --reset empties the console's private Redis; with --external-redis "
+    "there is none (fanbot never flushes a Redis it did not start)."
+)
+
+
+def subagents_hint(redis_url: str | None) -> str:
+    """The shell command that lists the console's runs from another shell (pure): it names
+    the private Redis (``None``: the console uses FANBOT_REDIS_URL, as the command does)."""
+    if redis_url is None:
+        return SUBAGENTS_HINT
+    return f"FANBOT_REDIS_URL={shlex.quote(redis_url)} {SUBAGENTS_HINT}"
+
+
+def endpoints_line(host: str, port: int | None) -> str | None:
+    """Where the console's health and metrics endpoints listen, in one line (pure)."""
+    if port is None:
+        return None
+    return f"Health and metrics: http://{host}:{port}/healthz, /readyz, /metrics"
 
 
 def busy_message(state: Path, pid: int | None) -> str:
@@ -69,6 +92,12 @@ def busy_message(state: Path, pid: int | None) -> str:
         f"Another fanbot console is using {state}{who}; "
         f"use FANBOT_STATE_DIR={state}-2 for a second one."
     )
+
+
+def session_prefix(agent_id: str) -> str:
+    """What every console thread's session key starts with (pure)."""
+    key = requester_session_key(agent_id=agent_id, thread=thread_ref("\0"))
+    return key.partition("\0")[0]
 
 
 def live_view(
@@ -100,8 +129,13 @@ async def run_console(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     external_redis: bool = False,
+    reset: bool = False,
 ) -> int:
-    """Run the whole product locally until end of input (or Ctrl-C); the exit code."""
+    """Run the whole product locally until end of input (or Ctrl-C); the exit code.
+    ``reset``: empty the private Redis first (every thread, run and run number)."""
+    if reset and external_redis:
+        print(RESET_EXTERNAL, file=sys.stderr, flush=True)
+        return 2
     lock = DirLock(settings.state_dir / "console.lock")
     try:
         lock.acquire()
@@ -110,7 +144,7 @@ async def run_console(
         return 2
     app = Console(settings, workers=workers, stdin=stdin, stdout=stdout)
     try:
-        return await app.run(external_redis=external_redis)
+        return await app.run(external_redis=external_redis, reset=reset)
     finally:
         lock.release()
 
@@ -144,13 +178,14 @@ class Console:
             stdout=stdout,
             history=settings.state_dir / "console_history",
             on_interrupt=self.interrupts.press,
+            known_threads=self._known_threads,
         )
 
-    async def run(self, *, external_redis: bool) -> int:
+    async def run(self, *, external_redis: bool, reset: bool = False) -> int:
         asyncio.get_running_loop().set_default_executor(self._threads)
         self.interrupts.install()
         try:
-            await self._start(external_redis=external_redis)
+            await self._start(external_redis=external_redis, reset=reset)
             self._watchdog = asyncio.create_task(self._watch_workers(), name="console-workers")
             if not self.interrupts.first.is_set():
                 await _first_of(self.channel.eof, self.interrupts.first, self._gone)
@@ -171,7 +206,7 @@ class Console:
 
     # -- start -----------------------------------------------------------------------------
 
-    async def _start(self, *, external_redis: bool) -> None:
+    async def _start(self, *, external_redis: bool, reset: bool) -> None:
         settings, parts = self.settings, self.parts
         state = settings.state_dir
         state.mkdir(parents=True, exist_ok=True)
@@ -180,9 +215,20 @@ class Console:
         if not external_redis:
             parts.redis = await asyncio.to_thread(RedisServer(data_dir=state / "redis").start)
             env["FANBOT_REDIS_URL"] = update["redis_url"] = parts.redis.url
+            if reset:
+                await asyncio.to_thread(_flush, parts.redis)
+                await self.channel.say(f"Reset: emptied the console's Redis in {state / 'redis'}.")
         if not settings.openai.configured:
-            parts.demo = await self._start_demo(env)
-            update["openai"] = settings.openai.model_copy(update={"base_url": parts.demo.base_url})
+            hint = subagents_hint(parts.redis.url if parts.redis else None)
+            parts.demo = await self._start_demo(env, hint)
+            # Its runs show the demo model's name, not the default model's (no endpoint).
+            env["FANBOT_OPENAI__MODEL"] = DEMO_MODEL
+            update["openai"] = settings.openai.model_copy(
+                update={"base_url": parts.demo.base_url, "model": DEMO_MODEL}
+            )
+        if "http_port" not in settings.gateway.model_fields_set:
+            # Never the gateway's 8080: a gateway started beside the console keeps it.
+            update["gateway"] = settings.gateway.model_copy(update={"http_port": 0})
         self.settings = settings = settings.model_copy(update=update)
         parts.workers = WorkerGroup.start(
             env, count=self.worker_count, log_path=state / "workers.log"
@@ -191,14 +237,24 @@ class Console:
             settings=settings, adapters=[self.channel], failpoints=self.failpoints
         )
         await parts.gateway.start()
+        port = parts.gateway.metrics_port or parts.gateway.http_port
+        host = settings.observe.metrics_host or settings.gateway.http_host
+        line = endpoints_line(host, port) if settings.observe.http_endpoints else None
+        if line is not None:
+            log.info("%s", line)
+            await self.channel.say(line)
         await self.channel.say(WELCOME, style="bold")
         if self.channel.interactive:
             parts.live = asyncio.create_task(self._live(parts.gateway), name="console-live")
 
-    async def _start_demo(self, env: dict[str, str]) -> ChatServer:
+    async def _start_demo(self, env: dict[str, str], hint: str) -> ChatServer:
         delay = demo_delay()
-        model = demo_model() if delay is None else demo_model(subagent_delay=delay)
-        demo = await ChatServer(model, models=[self.settings.openai.model]).start()
+        model = (
+            demo_model(subagents_hint=hint)
+            if delay is None
+            else demo_model(subagent_delay=delay, subagents_hint=hint)
+        )
+        demo = await ChatServer(model, models=[DEMO_MODEL]).start()
         env["FANBOT_OPENAI__BASE_URL"] = demo.base_url
         await self.channel.say(OFFLINE_BANNER, style="yellow")
         return demo
@@ -212,6 +268,14 @@ class Console:
             requester_session_key(agent_id=agent, thread=thread_ref(t)): t
             for t in self.channel.threads
         }
+
+    async def _known_threads(self) -> dict[str, tuple[int, int]]:
+        gateway = self.parts.gateway
+        if gateway is None:
+            return {}
+        return await asyncio.to_thread(
+            known_threads, gateway.deps, session_prefix(self.settings.agent_id)
+        )
 
     async def _snapshot(self, gateway: Gateway, *, live: bool = False) -> InFlight:
         return await asyncio.to_thread(
@@ -252,6 +316,10 @@ class Console:
             return None
         if not idle.result():
             await self.channel.say("(gave up waiting for unfinished runs)")
+            return 1
+        failed = self.channel.failed_turns
+        if failed and not self.channel.interactive:  # a script learns it from the exit code
+            await self.channel.say(f"{failed} turn{'s' if failed != 1 else ''} failed: exit 1.")
             return 1
         return 0
 
@@ -343,6 +411,15 @@ class Console:
         took = time.monotonic() - self._stopping_since
         how = "Forced to stop" if self.interrupts.second.is_set() else "Stopped"
         await self.channel.say(f"{how} in {took:.1f}s.")
+
+
+def _flush(redis: RedisServer) -> None:
+    """Empty the private Redis (``--reset``): it holds only this state directory's data."""
+    client = connect(redis.url, socket_timeout=5, retries=0)
+    try:
+        client.flushall()
+    finally:
+        client.close()
 
 
 def _read_in_flight(

@@ -7,8 +7,19 @@ result, so a newcomer sees spawn → progress → announce with zero setup.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from typing import Any
+
 from bot.demo.replies import Call, ChatRequest, Reply, Script, Text, ToolCalls
 
+DEMO_MODEL = "offline-demo"
+"""The model name the console gives the demo model: what cards, ``/subagents info`` and
+``/context`` show for its runs (no price is known for it, so no cost is made up)."""
+SUBAGENTS_HINT = "fanbot subagents list --all"
+"""The command a demo result suggests to see the runs from another shell."""
+SPAWNED = frozenset({"accepted", "waiting_for_approval"})
+"""The ``sessions_spawn`` answers that made a run (bot.agent.turn counts the same)."""
 _GREETINGS = frozenset({"hi", "hello", "hey", "help", "hallo", "yo", "start"})
 _DEMO_ROLES = (
     ("Research", "Research the key facts, options and trade-offs for: {topic}"),
@@ -49,17 +60,63 @@ def _synthesis(request: ChatRequest) -> Reply:
     return Text("\n".join(lines))
 
 
+def _labels(request: ChatRequest) -> dict[str, str]:
+    """Tool call id -> the label its ``sessions_spawn`` call gave."""
+    labels: dict[str, str] = {}
+    for message in request.messages:
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            try:
+                arguments = json.loads(str(function.get("arguments") or "{}"))
+            except ValueError:
+                arguments = {}
+            label = arguments.get("label") if isinstance(arguments, Mapping) else None
+            labels[str(call.get("id", ""))] = str(label or "subagent")
+    return labels
+
+
+def _spawned(content: str) -> bool:
+    try:
+        answer: Any = json.loads(content)
+    except ValueError:
+        return False
+    return isinstance(answer, Mapping) and answer.get("status") in SPAWNED
+
+
+def spawn_summary(request: ChatRequest) -> str:
+    """The main agent's line after its spawns: the runs started, and each refused spawn
+    with the reason its tool result gave (a refused spawn is no run)."""
+    results = []
+    for message in reversed(request.messages):
+        if message.get("role") != "tool":
+            break
+        results.append(message)
+    results.reverse()
+    labels = _labels(request)
+    started = 0
+    refused: list[str] = []
+    for message in results:
+        content = str(message.get("content") or "")
+        if _spawned(content):
+            started += 1
+            continue
+        label = labels.get(str(message.get("tool_call_id", "")), "subagent")
+        refused.append(f"- {label}: {content.removeprefix('error: ').strip()}")
+    noun = "subagent" if started == 1 else "subagents"
+    if not refused:
+        return f"Started {started} {noun}; I'll combine their results when they're done."
+    if started:
+        head = f"Started {started} {noun}; {len(refused)} refused:"
+    else:
+        head = f"No subagent started: {'the spawn was' if len(refused) == 1 else 'all'} refused:"
+    return "\n".join([head, *refused])
+
+
 def _main_agent(request: ChatRequest) -> Reply:
     if request.is_continuation:
         return _synthesis(request)
     if request.last_role == "tool":
-        started = 0
-        for message in reversed(request.messages):
-            if message.get("role") != "tool":
-                break
-            started += 1
-        noun = "subagent" if started == 1 else "subagents"
-        return Text(f"Started {started} {noun}; I'll combine their results when they're done.")
+        return Text(spawn_summary(request))
     topic = _topic(request)
     if _is_greeting(topic):
         return Text(
@@ -76,17 +133,23 @@ def _main_agent(request: ChatRequest) -> Reply:
     return ToolCalls(calls, content=None)
 
 
-def _subagent(request: ChatRequest, delay: float) -> Reply:
-    if request.has_tool("current_time") and not request.tool_results:
-        return ToolCalls([Call("current_time", {})])
+def _subagent(request: ChatRequest, delay: float, hint: str) -> Reply:
     task = " ".join(request.last_user_message.split()) or "(no task)"
+    if request.has_tool("current_time") and not request.tool_results:
+        # Its first step says something: a run stopped from here on ends with it as its
+        # partial result.
+        draft = (
+            f"**Draft** for: {task}\n\n- Scope: three concrete points (checking the clock next)."
+        )
+        return ToolCalls([Call("current_time", {})], content=draft)
     times = [r.content for r in request.tool_results if r.name == "current_time"]
     lines = [
         f"**Result** for: {task}",
         "",
         "- Scope: summarised the request into three concrete points.",
         "- Finding: the main trade-off is speed of delivery versus robustness.",
-        "- Next step: run `fanbot subagents list` to see every run of this thread.",
+        f"- Next step: type `/subagents list` here, or run `{hint}` in another shell, "
+        "to see the runs.",
     ]
     if times:
         lines.append(f"- Checked the clock: {times[-1]}")
@@ -94,19 +157,20 @@ def _subagent(request: ChatRequest, delay: float) -> Reply:
     return Text("\n".join(lines), delay=delay)
 
 
-def demo_model(*, subagent_delay: float = 1.5) -> Script:
+def demo_model(*, subagent_delay: float = 1.5, subagents_hint: str = SUBAGENTS_HINT) -> Script:
     """The deterministic offline model, as a script for :class:`~bot.demo.chat_server.ChatServer`.
 
     Main agent (offered ``sessions_spawn``): greets short messages; otherwise spawns three
-    subagents (Research, Outline, Review) in one response, then confirms once the tool
-    results are in. Subagents (never offered ``sessions_spawn``) call ``current_time`` if
+    subagents (Research, Outline, Review) in one response, then says how many started and
+    why any spawn was refused (:func:`spawn_summary`). Subagents (never offered ``sessions_spawn``) call ``current_time`` if
     offered, then answer a short markdown result about their task after
-    ``subagent_delay`` seconds.
+    ``subagent_delay`` seconds. ``subagents_hint``: the shell command its results suggest
+    (the console names its own Redis in it).
     """
 
     def answer(request: ChatRequest) -> Reply:
         if request.has_tool("sessions_spawn"):
             return _main_agent(request)
-        return _subagent(request, subagent_delay)
+        return _subagent(request, subagent_delay, subagents_hint)
 
     return answer

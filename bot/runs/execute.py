@@ -307,13 +307,17 @@ def _control(deps: Deps, record: RunRecord, meter: Meter, start: RunStart) -> Lo
             deps.transcripts.append(record.session_id, message)
             return
         # An answer is a completed step: its tokens are saved with it (one round trip), so
-        # the attempt after a lost worker counts them (bot.agent.resume).
+        # the attempt after a lost worker counts them (bot.agent.resume), and so is its
+        # text, the partial result a stop from outside ends the run with (bot.runs.stop).
+        text = message.get("content")
+        said = {"result": text} if isinstance(text, str) and text.strip() else {}
         with deps.connection.batch(transaction=False) as pipe:
             deps.transcripts.extend(record.session_id, [message], pipe=pipe)
             deps.runs.update(
                 run_id,
                 client=pipe,
                 **meter.usage.record_fields(),
+                **said,
             )
             pipe.execute()
 

@@ -7,7 +7,7 @@ Template (stable; tests and users rely on it)::
 
     ✅ Subagent #2 "Django research" (researcher) finished
     Status: success
-    Result: <final answer, or "(not available)">
+    Result: <final answer (a partial one for a run that did not finish), or NO_RESULT>
     Notes: <errors, partial progress, warnings — omitted when empty>
     runtime 1m02s · tokens 3.1k (in 2.4k / out 0.7k) · est $0.0012 · session key … · session id … · run id … · transcript …
 
@@ -112,6 +112,10 @@ def stats_line(record: RunRecord, *, ended_at: float, transcript_ref: str) -> st
     return " · ".join(parts)
 
 
+NO_RESULT = "(none: it ended before it wrote any text)"
+"""The Result of a run that wrote no text (a stop keeps the last text a run wrote)."""
+
+
 def render_announce(
     record: RunRecord,
     *,
@@ -131,7 +135,7 @@ def render_announce(
     shown = result.strip()
     if record.result_format is ResultFormat.JSON and status is RunStatus.SUCCESS:
         shown = render_structured(shown) or shown
-    body = clip(shown, max_result_chars, wording="result") if shown else "(not available)"
+    body = clip(shown, max_result_chars, wording="result") if shown else NO_RESULT
     lines.append(f"Result:\n{body}" if "\n" in body else f"Result: {body}")
     if notes.strip():
         lines.append(f"Notes: {clip(notes.strip(), MAX_NOTES_CHARS, wording='result')}")

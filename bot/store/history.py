@@ -12,7 +12,8 @@ from typing import Any
 
 import redis
 
-from bot.keys import Keys
+from bot.keys import Keys, glob_escape
+from bot.store import as_text
 from bot.store.lua_parts import Fragment, Part
 from bot.store.owner import RedisOwner
 from bot.store.session_ttl import DEFAULT_TTL, refresh
@@ -105,6 +106,26 @@ class HistoryStore(RedisOwner):
 
     def exists(self, session_key: str) -> bool:
         return bool(self.redis.exists(self.keys.history(session_key)))
+
+    def sessions_under(self, prefix: str, *, limit: int = 200) -> dict[str, tuple[int, int]]:
+        """Session keys starting with ``prefix`` that have a history: their messages and
+        the runs numbered in them (the session's run counter), at most ``limit`` sessions.
+        A SCAN with a match, for a small keyspace (the console's ``:threads``)."""
+        head, _, tail = self.keys.history("\0").partition("\0")
+        pattern = glob_escape(head + prefix) + "*" + glob_escape(tail)
+        found: list[str] = []
+        for key in self.redis.scan_iter(match=pattern, count=500):
+            name = as_text(key)
+            if name.startswith(head + prefix) and name.endswith(tail):
+                found.append(name[len(head) : len(name) - len(tail)])
+            if len(found) >= limit:
+                break
+        with self.redis.pipeline(transaction=False) as pipe:
+            for session_key in found:
+                pipe.llen(self.keys.history(session_key))
+                pipe.get(self.keys.session_seq(session_key))
+            raw = pipe.execute()
+        return {key: (int(raw[2 * i]), int(raw[2 * i + 1] or 0)) for i, key in enumerate(found)}
 
     def _bounded(self, message: Message) -> Message:
         content = message.get("content")

@@ -202,12 +202,16 @@ def test_a_long_paste_arrives_as_one_message(tmp_path: Path, consoles: list[Tty]
     tty.type("")
     # Longer than gateway.max_inbound_chars (32,000): the notice says what arrived.
     tty.wait_for("Your message was 45,000 characters long; I read only the first 32,000.")
-    tty.wait_for("Started 3 subagents")
+    # Each demo task quotes the 32,000 characters: over a task's 20,000, so every spawn is
+    # refused, and the answer says so (it used to say "Started 3 subagents").
+    tty.wait_for("No subagent started: all refused:")
     tty.child.sendintr()
     assert tty.wait_exit() == 130
     out = tty.text
     assert out.count("Your message was") == 1  # one message, not 4,095-character pieces
-    assert out.count("Started 3 subagents") == 1
+    assert out.count("No subagent started") == 1
+    assert out.count("at most 20,000 are allowed") == 3
+    assert "Started" not in out
 
 
 def test_unknown_commands_are_answered_not_sent_to_the_model(
@@ -220,6 +224,9 @@ def test_unknown_commands_are_answered_not_sent_to_the_model(
     tty.wait_for("Unknown command /foo. Try /help.")
     tty.type(":thread")
     tty.wait_for("Usage: :thread NAME switches to another thread")
+    tty.type(":threads")  # the console's own: it lists, the model never sees it
+    tty.wait_for("Threads (:thread NAME switches; * is this one):")
+    tty.wait_for("main — 0 messages, no runs")
     tty.type("/start")  # what Telegram sends first: the help
     tty.wait_for("/subagents list — runs started in this thread")
     tty.type("hi")  # a turn after them: any turn they had queued would have answered first

@@ -431,6 +431,55 @@ def test_demo_model_main_agent_flow() -> None:
     assert confirm.content == "Started 3 subagents; I'll combine their results when they're done."
 
 
+REFUSED = "error: invalid arguments for sessions_spawn: task: Value error, task is 31,990 characters long; at most 20,000 are allowed"
+
+
+@pytest.mark.parametrize(
+    ("answers", "said"),
+    [
+        (["accepted", "waiting_for_approval", "accepted"], ["Started 3 subagents; I'll combine"]),
+        (
+            ["accepted", REFUSED, "error: sessions_spawn: at most 2 runs per turn"],
+            [
+                "Started 1 subagent; 2 refused:",
+                "- Outline: invalid arguments for sessions_spawn: task: Value error, task is "
+                "31,990 characters long; at most 20,000 are allowed",
+                "- Review: sessions_spawn: at most 2 runs per turn",
+            ],
+        ),
+        (
+            [REFUSED, REFUSED, REFUSED],
+            ["No subagent started: all refused:", "- Research: invalid arguments", "- Review: "],
+        ),
+        (["not json at all", REFUSED, "{}"], ["No subagent started: all refused:"]),
+    ],
+)
+def test_the_demo_counts_only_accepted_spawns_and_says_why_others_were_refused(
+    answers: list[str], said: list[str]
+) -> None:
+    with FakeOpenAI(demo_model(subagent_delay=0)) as fake, sync_client(fake) as client:
+        ask = [{"role": "user", "content": "Plan a migration of our outbox from Redis to Kafka"}]
+        spawn = client.chat.completions.create(model="m", messages=ask, tools=[SPAWN_TOOL])
+        message = spawn.choices[0].message
+        results = [
+            {"role": "tool", "tool_call_id": c.id, "content": _answer(a)}
+            for c, a in zip(message.tool_calls or [], answers, strict=True)
+        ]
+        after = [*ask, message.model_dump(exclude_none=True), *results]
+        reply = client.chat.completions.create(model="m", messages=after, tools=[SPAWN_TOOL])
+    text = reply.choices[0].message.content or ""
+    for part in said:
+        assert part in text, text
+    started = sum(a in ("accepted", "waiting_for_approval") for a in answers)
+    assert text.count("\n- ") == len(answers) - started
+
+
+def _answer(kind: str) -> str:
+    if kind in ("accepted", "waiting_for_approval"):
+        return json.dumps({"status": kind, "runId": "r1", "number": 1})
+    return kind
+
+
 async def test_demo_model_subagent_flow() -> None:
     task = "Research the key facts for: Kafka outbox"
     async with FakeOpenAI(demo_model(subagent_delay=0)) as fake, async_client(fake) as client:
@@ -458,7 +507,10 @@ async def test_demo_model_subagent_flow() -> None:
             messages=[system, {"role": "user", "content": task}],
         )
     assert call.function.name == "current_time"
-    assert task in result and "- " in result and result.count("`") == 2
+    draft = first.choices[0].message.content or ""
+    assert draft.startswith("**Draft** for: ") and task in draft  # a stop keeps it
+    assert task in result and "- " in result
+    assert "`/subagents list`" in result and "`fanbot subagents list --all`" in result
     assert "2026-01-01T12:00:00Z" in result
     assert no_tools.choices[0].message.content is not None
     assert task in no_tools.choices[0].message.content

@@ -93,7 +93,7 @@ def test_status_line_comes_from_the_outcome(status: RunStatus, head: str) -> Non
     )  # fmt: skip
     assert text.startswith(head)
     assert f"Status: {status.value}" in text
-    assert "Result: (not available)" in text
+    assert "Result: (none: it ended before it wrote any text)" in text
     assert "Notes: boom" in text
     assert "est $" not in text
 

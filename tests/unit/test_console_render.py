@@ -11,18 +11,27 @@ import pytest
 from adapters.console.convert import (
     LiveRun,
     LiveView,
+    is_threads_command,
     live_lines,
     ordinal_in_line,
     run_detail,
     switch_target,
     thread_ref,
     thread_usage,
+    threads_listing,
 )
 from adapters.console.richtext import announce_parts, renderable, to_ansi
 from bot.config import demo_delay
-from bot.console.app import busy_message, live_view
+from bot.console.app import (
+    busy_message,
+    endpoints_line,
+    live_view,
+    session_prefix,
+    subagents_hint,
+)
 from bot.console.live_runs import InFlight, ours, stopping_line, waiting_line
 from bot.errors import ConfigError
+from bot.sessions import requester_session_key
 from bot.text.units import duration
 from bot.types import Outbound, OutboundKind, RunRecord, RunStatus
 
@@ -294,3 +303,66 @@ def test_colour_output_has_no_trailing_padding() -> None:
     message = Outbound(thread=thread_ref("main"), text="hi **there**")
     out = to_ansi(renderable(message, show_thread=False), width=80)
     assert "\x1b[1m" in out and not out.endswith(" ") and "   \x1b" not in out
+
+
+# -- issue 30: :threads, the hint, the endpoints line, a failed turn's mark -------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "listed"),
+    [(":threads", True), ("  :threads ", True), (":threads x", False), (":thread", False)],
+)
+def test_threads_command(line: str, listed: bool) -> None:
+    assert is_threads_command(line) is listed
+
+
+def test_threads_listing_marks_the_current_one_and_counts() -> None:
+    text = threads_listing({"main": (7, 3), "work": (1, 0)}, current="new", typed={"new", "main"})
+    assert text.splitlines() == [
+        "Threads (`:thread NAME` switches; `*` is this one):",
+        "* `new` — 0 messages, no runs",
+        "- `main` — 7 messages, 3 runs",
+        "- `work` — 1 message, no runs",
+    ]
+
+
+def test_the_console_thread_sessions_share_one_prefix() -> None:
+    prefix = session_prefix("main")
+    assert prefix == "agent:main:console:console:thread:"
+    key = requester_session_key(agent_id="main", thread=thread_ref("a:b*c"))
+    assert key == prefix + "a:b*c"
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        (None, "fanbot subagents list --all"),
+        (
+            "unix:///home/me/.local/state/fanbot/redis/redis.sock",
+            "FANBOT_REDIS_URL=unix:///home/me/.local/state/fanbot/redis/redis.sock "
+            "fanbot subagents list --all",
+        ),
+        (
+            "unix:///my state/redis/redis.sock",
+            "FANBOT_REDIS_URL='unix:///my state/redis/redis.sock' fanbot subagents list --all",
+        ),
+    ],
+)
+def test_the_hint_names_the_consoles_redis(url: str | None, hint: str) -> None:
+    assert subagents_hint(url) == hint
+
+
+def test_the_endpoints_line() -> None:
+    assert endpoints_line("127.0.0.1", None) is None
+    assert endpoints_line("127.0.0.1", 41234) == (
+        "Health and metrics: http://127.0.0.1:41234/healthz, /readyz, /metrics"
+    )
+
+
+def test_a_failed_turns_reply_keeps_its_mark_through_the_outbox() -> None:
+    thread = thread_ref("main")
+    failed = Outbound(thread=thread, text="⚠ The model call failed", failed=True)
+    assert Outbound.from_json(failed.to_json()) == failed
+    plain = Outbound(thread=thread, text="hi")
+    assert "failed" not in plain.to_json()
+    assert Outbound.from_json(plain.to_json()).failed is False

@@ -1,12 +1,8 @@
-"""``python -m workers``: the worker launcher (what ``fanbot worker`` runs)."""
+"""``python -m workers``: ``fanbot worker``, its options and its start-up errors alike (the
+console and the tests start the launcher so, where the console script may not be on PATH)."""
 
 import sys
 
-from bot.errors import ConfigError, RedisUnavailable
-from workers.launcher import main
+from bot.cli.root import app
 
-try:
-    sys.exit(main())
-except (ConfigError, RedisUnavailable) as exc:  # one line and exit 2, as `fanbot worker`
-    print(f"fanbot worker: {' '.join(str(exc).split())}", file=sys.stderr)
-    sys.exit(2)
+app(["worker", *sys.argv[1:]], prog_name="fanbot")

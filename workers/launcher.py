@@ -11,7 +11,6 @@ itself, warming up on its own.
 from __future__ import annotations
 
 import _strptime  # noqa: F401  (RQ parses dates in each worker: imported once, shared)
-import argparse
 import gc
 import logging
 import os
@@ -22,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -324,65 +324,36 @@ def _shutdown(children: list[Forked], timeout: float) -> None:
             child.wait()
 
 
-def parser() -> argparse.ArgumentParser:
-    """``fanbot worker``'s options (also ``python -m workers``)."""
-    p = argparse.ArgumentParser(
-        prog="fanbot worker",
-        description="Run RQ worker processes on the turns and subagents queues, plus the "
-        "maintenance sweep (reaper, archiver); a worker that dies is restarted, SIGTERM "
-        "lets running jobs finish.",
-    )
-    p.add_argument("--count", type=int, default=2, help="worker processes (default 2)")
-    p.add_argument(
-        "--queues",
-        default=",".join(DEFAULT_QUEUES),
-        help=f"comma-separated queues (default {','.join(DEFAULT_QUEUES)})",
-    )
-    p.add_argument(
-        "--pool",
-        choices=("fork", "threads"),
-        help="fork: a process per run; threads: runs share each worker process "
-        "(default: FANBOT_WORKERS__POOL, else threads)",
-    )
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        help="threads pool: runs at once per worker process (default: "
-        "FANBOT_WORKERS__CONCURRENCY, else 32)",
-    )
-    p.add_argument(
-        "--max-runs", type=int, help="threads pool: replace a worker process after this many runs"
-    )
-    p.add_argument(
-        "--max-memory-mb",
-        type=int,
-        help="threads pool: replace a worker process whose memory (USS) passes this",
-    )
-    p.add_argument("--single", action="store_true", help="run one worker in this process")
-    p.add_argument("--burst", action="store_true", help="exit when the queues are empty")
-    p.add_argument(
-        "--no-maintenance", action="store_true", help="no reaper/archiver sweep in this launcher"
-    )
-    p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=0,
-        help="serve /metrics, /healthz and /readyz on this port (default 0: off)",
-    )
-    p.add_argument(
-        "--metrics-host", default="127.0.0.1", help="address to serve them on (default 127.0.0.1)"
-    )
-    return p
+@dataclass(frozen=True, kw_only=True)
+class LaunchOptions:
+    """``fanbot worker``'s options (declared, with their help, in :mod:`bot.cli.root`).
+
+    ``pool``, ``concurrency``, ``max_runs`` and ``max_memory_mb`` override the settings'
+    ``workers`` section when given; ``parent_pid`` (the console's, a test's) ends the
+    launcher when that process is gone.
+    """
+
+    count: int
+    queues: tuple[str, ...] = DEFAULT_QUEUES
+    pool: str | None = None
+    concurrency: int | None = None
+    max_runs: int | None = None
+    max_memory_mb: int | None = None
+    single: bool = False
+    burst: bool = False
+    maintenance: bool = True
+    parent_pid: int | None = None
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
 
 
-def with_pool_options(settings: Settings, args: argparse.Namespace) -> Settings:
+def with_pool_options(settings: Settings, options: LaunchOptions) -> Settings:
     """``settings`` with the pool options given on the command line (they win)."""
     given = {
-        "pool": args.pool,
-        "concurrency": args.concurrency,
-        "max_runs": args.max_runs,
-        "max_memory_mb": args.max_memory_mb,
+        "pool": options.pool,
+        "concurrency": options.concurrency,
+        "max_runs": options.max_runs,
+        "max_memory_mb": options.max_memory_mb,
     }
     changes = {k: v for k, v in given.items() if v is not None}
     if not changes:
@@ -395,8 +366,8 @@ def with_pool_options(settings: Settings, args: argparse.Namespace) -> Settings:
     return settings.model_copy(update={"workers": merged})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv``, check the configuration and Redis, then run.
+def run(options: LaunchOptions) -> int:
+    """Check the configuration and Redis, then run (``fanbot worker``, ``python -m workers``).
 
     Redis that does not answer yet is waited for, a line per attempt.
 
@@ -404,21 +375,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         ConfigError: The configuration is invalid (a ``middleware`` hook that cannot be
             imported too), or Redis refused its credentials.
     """
-    args = parser().parse_args(argv)
-    settings = with_pool_options(load_settings(), args)
+    settings = with_pool_options(load_settings(), options)
     check_hooks(settings)  # imported here once: every worker forked from this process has them
     configure_logging(settings)
     check_skills(settings)  # a broken skill stops start-up in one line (docs/skills.md)
-    queues = [q for q in args.queues.split(",") if q]
-    if args.single or args.burst:
-        run_single(settings, queues, burst=args.burst, parent_pid=args.parent_pid)
+    queues = [q for q in options.queues if q]
+    if options.single or options.burst:
+        run_single(settings, queues, burst=options.burst, parent_pid=options.parent_pid)
         return 0
     return run_pool(
         settings,
-        count=max(1, args.count),
+        count=max(1, options.count),
         queues=queues,
-        maintenance=not args.no_maintenance,
-        parent_pid=args.parent_pid,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
+        maintenance=options.maintenance,
+        parent_pid=options.parent_pid,
+        metrics_port=options.metrics_port,
+        metrics_host=options.metrics_host,
     )

@@ -202,11 +202,20 @@ def compare(
         Path | None, typer.Option(help="Also draw the figures into this PNG (fanbot[plot]).")
     ] = None,
     log_dir: Annotated[Path | None, _log_dir_option(kept="error")] = None,
+    goals: Annotated[
+        bool,
+        typer.Option(
+            "--goals/--no-goals",
+            help="Judge each goal met or missed and exit 1 when one is missed; "
+            "--no-goals only measures (exit 0).",
+        ),
+    ] = True,
 ) -> None:
     """fanbot against bare RQ on one private Redis: latency, makespan, PSS, throughput, stop,
-    a worker's death, Redis commands; each goal met or missed, per pool."""
+    a worker's death, Redis commands; each goal met or missed, per pool (exit 1: one missed)."""
     from bot.bench.compare import run_compare
     from bot.bench.compare_env import PHASES, CompareConfig
+    from bot.bench.compare_report import outcome
 
     _check_pool("compare", pool, ("threads", "fork", "both"))
     chosen = frozenset(p.strip() for p in only.split(",") if p.strip()) or PHASES
@@ -232,10 +241,12 @@ def compare(
         raise typer.Exit(1) from None
     if log_dir is None:
         shutil.rmtree(directory, ignore_errors=True)
-    typer.echo(result.table())
+    text, code = outcome(result, goals=goals)
+    typer.echo(text)
     if plot is not None and not result.plot(plot):
         typer.echo("fanbot bench compare: no plot: matplotlib is missing "
                    "(pip install 'fanbot[plot]')", err=True)  # fmt: skip
+    raise typer.Exit(code)
 
 
 @app.command()

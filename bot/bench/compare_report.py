@@ -158,8 +158,9 @@ class CompareResult:
     def name(self, row: Row) -> str:
         return row.name.format_map(_Names(self.names))
 
-    def rows(self) -> list[list[str]]:
-        """Per row: the figure, each pool's value, bare RQ's, the goal, each pool's verdict."""
+    def rows(self, *, goals: bool = True) -> list[list[str]]:
+        """Per row: the figure, each pool's value, bare RQ's, then (``goals``) the goal and
+        each pool's verdict."""
         found = []
         for row in ROWS:
             cells = [f"{self.name(row)} [{row.unit}]"]
@@ -167,10 +168,23 @@ class CompareResult:
             bare = self.values(row.key, "bare")
             shown = spread(bare, row.scale, row.digits)
             cells.append(f"{row.bare}: {shown}" if row.bare else NOT_APPLICABLE)
-            cells.append(row.goal.text if row.goal else NOT_APPLICABLE)
-            cells += [_verdict(self.met(row, side)) for side in self.pools]
+            if goals:
+                cells.append(row.goal.text if row.goal else NOT_APPLICABLE)
+                cells += [_verdict(self.met(row, side)) for side in self.pools]
             found.append(cells)
         return found
+
+    def verdicts(self) -> tuple[list[str], list[str]]:
+        """The goals met and the goals missed, each ``"<figure> (<pool> pool): <goal>"``."""
+        met: list[str] = []
+        missed: list[str] = []
+        for row in ROWS:
+            for side in self.pools:
+                verdict = self.met(row, side)
+                if verdict is not None and row.goal is not None:
+                    text = f"{self.name(row)} ({side} pool): {row.goal.text}"
+                    (met if verdict else missed).append(text)
+        return met, missed
 
     def _value(self, row: Row, side: str) -> str:
         if side not in row.pools:
@@ -179,14 +193,20 @@ class CompareResult:
         ratio = self.ratio(row, side)
         return f"{shown} ({ratio:.2f}x)" if ratio is not None else shown
 
-    def table(self) -> str:
-        """A Markdown table of the goals, then details, the machine and the parameters."""
+    def table(self, *, goals: bool = True) -> str:
+        """A Markdown table of the figures and (``goals``) each pool's verdict on each goal,
+        the goals missed, then details, the machine and the parameters."""
         pools = self.pools
-        head = ["figure", *(f"fanbot {p} pool" for p in pools), "bare RQ / Redis", "goal"]
-        head += [f"{p}: goal" for p in pools]
+        head = ["figure", *(f"fanbot {p} pool" for p in pools), "bare RQ / Redis"]
+        if goals:
+            head += ["goal", *(f"{p}: goal" for p in pools)]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in self.rows()]
+        lines += ["| " + " | ".join(cells) + " |" for cells in self.rows(goals=goals)]
         lines.append("")
+        if goals:
+            met, missed = self.verdicts()
+            lines.append(f"Goals: {len(met)} met, {len(missed)} missed.")
+            lines += [f"- missed: {text}" for text in missed]
         lines.append("Values: min / median / p99 over repetitions (one repetition: its value); "
                      "(Nx): median over bare RQ's median; goals judged on the medians.")  # fmt: skip
         lines += [f"- {name}: {text}" for name, text in sorted(self.details.items())]
@@ -264,6 +284,13 @@ class _Names(dict[str, str]):
 
     def __missing__(self, key: str) -> str:
         return "N"
+
+
+def outcome(result: CompareResult, *, goals: bool) -> tuple[str, int]:
+    """What ``fanbot bench compare`` prints and its exit code: 1 when ``goals`` and a pool
+    missed one, else 0 (``--no-goals`` only measures)."""
+    missed = goals and bool(result.verdicts()[1])
+    return result.table(goals=goals), 1 if missed else 0
 
 
 def _verdict(met: bool | None) -> str:

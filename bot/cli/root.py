@@ -14,11 +14,11 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
 import typer
 
-from bot.cli.command_group import command_group
+from bot.cli.command_group import FlagsAsFlags, command_group
 from bot.config import Settings, env_warnings, load_settings
 from bot.errors import ConfigError, FanbotError, RedisUnavailable
 from bot.supervise.signals import stop_on_signal
@@ -189,17 +189,72 @@ async def _serve(settings: Settings, adapters: list[ChannelAdapter]) -> None:
         await gw.stop()
 
 
-@app.command(
-    add_help_option=False,
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-)
-def worker(ctx: typer.Context) -> None:
-    """Run RQ workers on the turns and subagents queues (`fanbot worker --help` for options)."""
+@app.command()
+def worker(
+    count: Annotated[int, typer.Option(help="Worker processes.", min=1, max=256)] = 4,
+    queues: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated queues to work on (default: turns,subagents)."),
+    ] = None,
+    pool: Annotated[
+        Literal["fork", "threads"] | None,
+        typer.Option(
+            help="fork: a process per run; threads: runs share each worker process "
+            "(default: FANBOT_WORKERS__POOL, else threads).",
+            show_default=False,
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            help="threads pool: runs at once per worker process (default: "
+            "FANBOT_WORKERS__CONCURRENCY, else 32).",
+            min=1,
+        ),
+    ] = None,
+    max_runs: Annotated[
+        int | None,
+        typer.Option(help="threads pool: replace a worker process after this many runs.", min=1),
+    ] = None,
+    max_memory_mb: Annotated[
+        int | None,
+        typer.Option(
+            help="threads pool: replace a worker process whose memory (USS) passes this.", min=1
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int,
+        typer.Option(help="Serve /metrics, /healthz and /readyz on this port (0: off).", min=0),
+    ] = 0,
+    metrics_host: Annotated[str, typer.Option(help="The address to serve them on.")] = "127.0.0.1",
+    no_maintenance: Annotated[
+        bool,
+        typer.Option(
+            "--no-maintenance", help="No maintenance sweep (reaper, archiver) in this launcher."
+        ),
+    ] = False,
+    single: Annotated[
+        bool, typer.Option("--single", help="Run one worker in this process.")
+    ] = False,
+    burst: Annotated[bool, typer.Option("--burst", help="Exit when the queues are empty.")] = False,
+    parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Run RQ workers on the turns and subagents queues, plus the maintenance sweep.
+
+    A worker that dies is restarted; SIGTERM lets running jobs finish.
+    """
+    # bot never imports workers (docs/architecture.md): the launcher is loaded by name.
     launcher = importlib.import_module("workers.launcher")
-    if not {"-h", "--help"} & set(ctx.args):
-        warn_unknown_env("worker")
+    warn_unknown_env("worker")
+    named = {"queues": tuple(q for q in queues.split(",") if q)} if queues is not None else {}
+    options = launcher.LaunchOptions(
+        **named, count=count, pool=pool,
+        concurrency=concurrency, max_runs=max_runs, max_memory_mb=max_memory_mb,
+        single=single, burst=burst, maintenance=not no_maintenance, parent_pid=parent_pid,
+        metrics_port=metrics_port, metrics_host=metrics_host,
+    )  # fmt: skip
     with startup("worker"):
-        code = launcher.main(ctx.args)
+        code = launcher.run(options)
     raise typer.Exit(code)
 
 
@@ -229,10 +284,12 @@ def doctor(
 
 app.add_typer(importlib.import_module("bot.cli.subagents_ops").app, name="subagents")
 app.add_typer(importlib.import_module("bot.cli.schedules_ops").app, name="schedules")
-app.add_typer(importlib.import_module("bot.bench.bench_commands").app, name="bench")
+app.add_typer(
+    importlib.import_module("bot.bench.bench_commands").app, name="bench", cls=FlagsAsFlags
+)
 
 
 def main() -> None:
     with contextlib.suppress(BrokenPipeError):
-        app()
+        app(prog_name="fanbot")
     sys.stdout.flush()

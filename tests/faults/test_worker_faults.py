@@ -21,7 +21,7 @@ from bot.store.jobs import Jobs
 from bot.store.runs import RunsRegistry
 from bot.testing.channel import MemoryChannel
 from bot.testing.fake_openai import FakeOpenAI
-from bot.testing.scripted import ChatRequest, Hang, Reply, Text
+from bot.testing.scripted import ChatRequest, Hang, Reply, Text, is_subagent
 from bot.testing.stack import Stack, WorkerPool, hermetic_env
 from bot.types import RunStatus
 from tests.e2e.conftest import stack_values
@@ -88,9 +88,15 @@ async def test_a_sigkilled_host_s_run_is_resumed_by_the_other_host_and_the_queue
                 victim = picked[0]
                 survivor = other if victim is stack.pool else stack.pool
                 first = next(t for t, s in statuses(redis_url).items() if s is RunStatus.RUNNING)
-                killed.set()
+                # Its model call is in flight (hanging) before the kill: a kill before it
+                # would leave the call to the next attempt; and the answer changes only once
+                # the host is gone, or a slow kill would let attempt 1 finish on the new answer.
+                await stack.wait_for(
+                    lambda: any(is_subagent(r.chat) for r in fake.requests), timeout=20
+                )
                 kill_at.append(time.monotonic())
                 victim.kill_all()  # launcher, worker and horse: the host is gone
+                killed.set()
                 await stack.wait_for(lambda: attempt_of(redis_url, first) == 2, timeout=30)
                 resumed_in = time.monotonic() - kill_at[0]
                 await stack.wait_for(lambda: len(channel.announces) == 2, timeout=45)

@@ -121,7 +121,7 @@ def test_version_and_worker_help(home: Path) -> None:
     assert version.returncode == 0 and version.stdout.startswith("fanbot 0."), version
     helped = run(home, "worker --help")
     assert helped.returncode == 0 and "--count" in helped.stdout, helped
-    assert "usage: fanbot worker" in helped.stdout
+    assert "Usage: fanbot worker [OPTIONS]" in helped.stdout
 
 
 def test_unreachable_telegram_is_one_log_line_per_attempt_and_the_gateway_keeps_running(

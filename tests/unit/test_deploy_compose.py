@@ -38,7 +38,7 @@ from redis.retry import Retry
 
 from bot.config import GatewaySettings, Settings, SubagentSettings, load_settings
 from bot.redis.server import find_redis_server
-from workers.launcher import parser as launcher_parser
+from tests.cli_support import worker_options
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -148,7 +148,7 @@ def test_workers_scale_and_are_checked_on_their_metrics_port() -> None:
     assert "container_name" not in worker and "ports" not in worker and "hostname" not in worker
     command = worker["command"]
     assert command[0] == "worker"
-    args = launcher_parser().parse_args(command[1:])  # what `fanbot worker` accepts
+    args = worker_options(command[1:])  # what `fanbot worker` accepts
     assert args.metrics_host == "0.0.0.0"  # scrapable from the compose network
     assert f"http://127.0.0.1:{args.metrics_port}/readyz" in _test_command(worker)
     assert _seconds(worker["stop_grace_period"]) > launcher_stop_bound()

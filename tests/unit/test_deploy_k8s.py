@@ -30,8 +30,8 @@ from rq import Queue
 
 from bot.config import GatewaySettings
 from bot.store.jobs import SUBAGENTS_QUEUE
+from tests.cli_support import worker_options
 from tests.unit.test_deploy_compose import launcher_stop_bound, redis_from_script, setting_exists
-from workers.launcher import parser as launcher_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -176,7 +176,7 @@ def test_probes_use_healthz_for_liveness_and_readyz_for_readiness(name: str) -> 
 def test_the_worker_serves_its_probes_on_the_pod_address() -> None:
     container = _container("fanbot-worker")
     assert container["args"][0] == "worker"
-    args = launcher_parser().parse_args(container["args"][1:])  # what `fanbot worker` accepts
+    args = worker_options(container["args"][1:])  # what `fanbot worker` accepts
     assert args.metrics_host == "0.0.0.0"  # the kubelet probes the pod's IP, not loopback
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": args.metrics_port}

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_support import worker_options
 from tests.unit.test_deploy_compose import launcher_stop_bound
-from workers.launcher import parser as launcher_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"
@@ -70,7 +70,7 @@ def test_a_worker_restart_is_the_launchers_graceful_shutdown(path: Path) -> None
     assert _seconds(one(path, "TimeoutStopSec")) > launcher_stop_bound()
     program, command, *args = one(path, "ExecStart").replace("%i", "1").split()
     assert (Path(program).name, command) == ("fanbot", "worker")
-    assert launcher_parser().parse_args(args).metrics_port > 1024  # what `fanbot worker` takes
+    assert worker_options(args).metrics_port > 1024  # what `fanbot worker` takes
 
 
 HARDENING = {

@@ -97,6 +97,11 @@ BOTH_POOLS = (
     "tests/e2e/test_slack_e2e.py",
     "tests/e2e/test_telegram_e2e.py",
     "tests/e2e/matrix/",
+    "tests/e2e/test_model_endpoints.py",
+    "tests/e2e/test_skills_sandbox_e2e.py",
+    "tests/e2e/test_hooks_e2e.py",
+    "tests/e2e/test_spec_gaps_e2e.py",
+    "tests/e2e/test_chat_commands_e2e.py",
 )
 """Modules whose end-to-end tests run under both worker pools (issue: the default pool
 becomes threads once they all pass in both)."""

@@ -160,7 +160,8 @@ async def test_run_timeout_zero_without_a_maximum_has_no_deadline_and_still_stop
     async with FakeOpenAI(spawner(spawns, subagent), models=["fake-model"]) as fake:
         channel = MemoryChannel()
         values = stack_values(redis_url, fake.base_url, subagents=sub)
-        async with Stack(values=values, adapters=[channel], workers=1) as stack:
+        # three workers: in the fork pool (a run per process) the three runs go at once too
+        async with Stack(values=values, adapters=[channel], workers=3) as stack:
             await channel.say("go")
             await stack.wait_for(lambda: len(channel.announces) == 2, timeout=40)
             await channel.say("/subagents info 3")

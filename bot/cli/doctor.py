@@ -16,7 +16,6 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -28,6 +27,7 @@ from bot.agent.subagent_types import available_tools, subagent_types, tools_for_
 from bot.agent.tools.mcp import McpPool
 from bot.agent.tools.sandbox import sandbox_status
 from bot.agent.tools.sandbox_skills import skill_mounts
+from bot.cli.check import Check
 from bot.cli.model_probe import probe_all
 from bot.config import Settings, config_path, env_warnings
 from bot.config_check import public_url
@@ -37,27 +37,6 @@ from bot.redis.connect import connect
 from bot.store.dead_letters import DeadLetters
 from bot.store.jobs import SUBAGENTS_QUEUE, TURNS_QUEUE, WorkerInfo
 from bot.text.units import duration
-
-
-@dataclass(frozen=True, kw_only=True)
-class Check:
-    """One line of the report: ``ok``, ``warn`` (works, but probably not as meant) or ``BAD``.
-
-    Attributes:
-        name: What was checked.
-        ok: False fails the doctor (exit code 1).
-        detail: What was found, and the fix when something is wrong.
-        warn: A warning (``ok`` stays True).
-    """
-
-    name: str
-    ok: bool
-    detail: str
-    warn: bool = False
-
-    @property
-    def mark(self) -> str:
-        return "BAD" if not self.ok else "warn" if self.warn else "ok"
 
 
 def _deps(settings: Settings) -> Deps:
@@ -173,10 +152,7 @@ def check_config() -> Check:
 
 def check_models(settings: Settings) -> list[Check]:
     """Each model endpoint's lines (:mod:`bot.cli.model_probe`)."""
-    return [
-        Check(name=line.name, ok=line.ok, detail=line.detail, warn=line.warn)
-        for line in probe_all(settings)
-    ]
+    return probe_all(settings)
 
 
 async def _http(method: str, url: str, **kwargs: object) -> tuple[int, dict[str, object]]:

@@ -9,12 +9,12 @@ and what fanbot does about it (docs/models.md, "fanbot doctor").
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import openai
 
 from bot.agent.llm import OpenAIChatModel
 from bot.agent.model_errors import model_error_text
+from bot.cli.check import Check
 from bot.config import OpenAISettings, Settings
 from bot.models.catalog import DEFAULT_ENDPOINT, endpoints
 from bot.models.completion import Completion, CompletionRequest
@@ -41,22 +41,12 @@ PROBE_OUTPUT_TOKENS = 64
 PROBE_TIMEOUT = 30.0
 
 
-@dataclass(frozen=True, kw_only=True)
-class Line:
-    """One doctor line (``bot.cli.doctor.Check`` without the import cycle)."""
-
-    name: str
-    ok: bool
-    detail: str
-    warn: bool = False
-
-
-def probe_all(settings: Settings) -> list[Line]:
+def probe_all(settings: Settings) -> list[Check]:
     """The lines of every configured endpoint, ``default`` first."""
     lines = []
     for name, where in endpoints(settings).items():
         if name == DEFAULT_ENDPOINT and not where.configured:
-            lines.append(Line(name="model", ok=False, detail=NOT_CONFIGURED))
+            lines.append(Check(name="model", ok=False, detail=NOT_CONFIGURED))
             continue
         lines.extend(probe_endpoint(name, where))
     return lines
@@ -68,7 +58,7 @@ NOT_CONFIGURED = (
 )
 
 
-def probe_endpoint(name: str, where: OpenAISettings) -> list[Line]:
+def probe_endpoint(name: str, where: OpenAISettings) -> list[Check]:
     """The endpoint's lines: its model list, then streaming, tool calls and usage."""
     label = "model" if name == DEFAULT_ENDPOINT else f"model {name}"
     quick = where.model_copy(
@@ -90,14 +80,14 @@ def probe_endpoint(name: str, where: OpenAISettings) -> list[Line]:
         client.close()
 
 
-def _list_line(label: str, client: OpenAIChatModel, where: OpenAISettings) -> Line:
+def _list_line(label: str, client: OpenAIChatModel, where: OpenAISettings) -> Check:
     try:
         page = client.client.models.list(timeout=min(10.0, where.request_timeout))
         listed = frozenset(m.id for m in page.data)
     except openai.APIError as exc:
-        return Line(name=label, ok=False, detail=_refusal(exc, client, where.model))
+        return Check(name=label, ok=False, detail=_refusal(exc, client, where.model))
     known = where.model in listed
-    return Line(
+    return Check(
         name=label,
         ok=known,
         detail=f"endpoint lists {len(listed)} model(s); "
@@ -105,7 +95,7 @@ def _list_line(label: str, client: OpenAIChatModel, where: OpenAISettings) -> Li
     )
 
 
-def kind_line(label: str, where: OpenAISettings) -> Line:
+def kind_line(label: str, where: OpenAISettings) -> Check:
     """Which dialect fanbot speaks to the endpoint, and what that means on the wire."""
     dialect = dialect_for(where.kind, where.base_url)
     how = "set" if where.kind != "auto" else "guessed from the URL; set `kind` if wrong"
@@ -113,7 +103,7 @@ def kind_line(label: str, where: OpenAISettings) -> Line:
     sends.append("asks for usage in streams" if dialect.include_usage else "no stream_options")
     if dialect.reasoning:
         sends.append(f"thinking as {dialect.reasoning}")
-    return Line(
+    return Check(
         name=f"{label} kind", ok=True, detail=f"{dialect.kind} ({how}): " + ", ".join(sends)
     )
 
@@ -127,7 +117,7 @@ def _refusal(exc: openai.APIError, client: OpenAIChatModel, model: str) -> str:
     return f"{text} (GET /models)" if isinstance(exc, openai.NotFoundError) else text
 
 
-def _call_lines(label: str, client: OpenAIChatModel, where: OpenAISettings) -> list[Line]:
+def _call_lines(label: str, client: OpenAIChatModel, where: OpenAISettings) -> list[Check]:
     chunks = [0]
 
     def count() -> None:
@@ -144,14 +134,14 @@ def _call_lines(label: str, client: OpenAIChatModel, where: OpenAISettings) -> l
         completion = client.complete(request)
     except openai.APIError as exc:
         words = model_error_text(exc, base_url=client.base_url, model=where.model, detail=True)
-        return [Line(name=f"{label} call", ok=False, detail=f"the probe call failed: {words}")]
+        return [Check(name=f"{label} call", ok=False, detail=f"the probe call failed: {words}")]
     return [check(label, completion, chunks[0]) for check in LINE_CHECKS]
 
 
-def _stream_line(label: str, completion: Completion, chunks: int) -> Line:
+def _stream_line(label: str, completion: Completion, chunks: int) -> Check:
     if chunks > 1:
-        return Line(name=f"{label} stream", ok=True, detail=f"streams ({chunks} chunks)")
-    return Line(
+        return Check(name=f"{label} stream", ok=True, detail=f"streams ({chunks} chunks)")
+    return Check(
         name=f"{label} stream",
         ok=True,
         warn=True,
@@ -160,12 +150,12 @@ def _stream_line(label: str, completion: Completion, chunks: int) -> Line:
     )
 
 
-def _tools_line(label: str, completion: Completion, chunks: int) -> Line:
+def _tools_line(label: str, completion: Completion, chunks: int) -> Check:
     calls = [c.name for c in completion.tool_calls]
     if "probe_echo" in calls:
-        return Line(name=f"{label} tools", ok=True, detail="answers tool calls")
+        return Check(name=f"{label} tools", ok=True, detail="answers tool calls")
     said = " ".join(completion.content.split())[:80]
-    return Line(
+    return Check(
         name=f"{label} tools",
         ok=True,
         warn=True,
@@ -174,22 +164,22 @@ def _tools_line(label: str, completion: Completion, chunks: int) -> Line:
     )
 
 
-def _usage_line(label: str, completion: Completion, chunks: int) -> Line:
+def _usage_line(label: str, completion: Completion, chunks: int) -> Check:
     usage = completion.usage
     if usage.total and not usage.estimated:
-        return Line(
+        return Check(
             name=f"{label} usage",
             ok=True,
             detail=f"usage in streams ({usage.prompt_tokens} + {usage.completion_tokens} tokens)",
         )
-    return Line(
+    return Check(
         name=f"{label} usage",
         ok=True,
         detail="no usage in streams: fanbot counts tokens itself (shown with ~)",
     )
 
 
-LINE_CHECKS: tuple[Callable[[str, Completion, int], Line], ...] = (
+LINE_CHECKS: tuple[Callable[[str, Completion, int], Check], ...] = (
     _stream_line,
     _tools_line,
     _usage_line,

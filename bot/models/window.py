@@ -270,7 +270,9 @@ def summary_request(messages: Sequence[Message], plan: Plan, win: Window) -> lis
     """The summarizing call's messages: its instruction and the material (the old summary
     and the covered messages), bounded to fit the window."""
     room_chars = int(
-        (win.room - win.summary_chars // 4 - 200) * tokens.CHARS_PER_TOKEN / tokens.SAFETY_MARGIN
+        (win.room - win.summary_chars // tokens.CHARS_PER_TOKEN - 200)
+        * tokens.CHARS_PER_TOKEN
+        / tokens.SAFETY_MARGIN
     )
     material = summary_material(
         summary_of(messages), messages[plan.start : plan.end], max_chars=max(1_000, room_chars)

@@ -8,8 +8,9 @@ day, main-agent turns included.
 
 Before each model call :class:`BudgetGuard` reserves the call's estimate against every limit
 that applies, all at once (:class:`bot.store.budgets.Budgets`), and settles to the usage the
-model reports after it. The estimate is the request's characters / :data:`CHARS_PER_TOKEN`
-as prompt tokens plus the call's maximum output: ``openai.max_output_tokens``, else
+model reports after it. The estimate is the request's estimated prompt tokens
+(:func:`bot.models.tokens.estimate_messages`, with its safety margin: a reservation errs
+high) plus the call's maximum output: ``openai.max_output_tokens``, else
 :data:`DEFAULT_OUTPUT_ESTIMATE`. USD comes from the prices (:func:`estimate_cost`); a model
 without a price spends no USD.
 """
@@ -17,7 +18,7 @@ without a price spends no USD.
 from __future__ import annotations
 
 import datetime as dt
-import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,13 +27,12 @@ from typing import Any, TypeVar
 from bot.config import BudgetSettings, Settings, SubagentType
 from bot.deps import Deps
 from bot.errors import BudgetExceeded, SpawnRejected
+from bot.models import tokens
 from bot.prices import estimate_cost
 from bot.store.budgets import Reservation, Spend, SpendScope
 from bot.text import units
 from bot.types import RunRecord, Usage
 
-CHARS_PER_TOKEN = 3
-"""Prompt characters per token in the estimate (English runs ~4: this errs high)."""
 DEFAULT_OUTPUT_ESTIMATE = 4_096
 """Output tokens a call is assumed to use when ``openai.max_output_tokens`` is not set."""
 HELD_POLL_SECONDS = 0.25
@@ -126,10 +126,10 @@ def run_scopes(settings: Settings, record: RunRecord, day: str) -> list[SpendSco
 
 
 def estimate(messages: Sequence[Any], tools: Sequence[Any], max_output: int | None) -> Usage:
-    """A call's estimated use: its request's characters as prompt tokens, plus its output cap."""
-    chars = len(json.dumps([messages, tools], ensure_ascii=False, default=str))
+    """A call's estimated use: its request's estimated prompt tokens, plus its output cap."""
+    prompt = tokens.estimate_messages(messages, tools)
     return Usage(
-        prompt_tokens=-(-chars // CHARS_PER_TOKEN),
+        prompt_tokens=math.ceil(prompt * tokens.SAFETY_MARGIN),
         completion_tokens=max_output or DEFAULT_OUTPUT_ESTIMATE,
     )
 

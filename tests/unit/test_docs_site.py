@@ -1,9 +1,11 @@
 """The docs site builds with ``mkdocs build --strict`` (a broken link, anchor or nav entry
-fails it), and its generated reference pages match their sources (bot/cli/docs_gen.py)."""
+fails it), its generated reference pages match their sources (bot/cli/docs_gen.py), and
+its pictures (docs/img/, made by bot/cli/docs_pictures.py) are all shown and all there."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import mkdocs  # noqa: F401  the docs site's builder: a missing one fails, not skips
 import pytest
 
-from bot.cli import docs_gen
+from bot.cli import docs_gen, docs_pictures
 from bot.commands import registry
 from bot.config import Settings
 
@@ -94,3 +96,55 @@ def test_check_mode_names_a_stale_page_and_the_command(
     assert docs_gen.REGENERATE in capsys.readouterr().err
     assert docs_gen.main(["--root", str(tmp_path)]) == 0
     assert docs_gen.main(["--check", "--root", str(tmp_path)]) == 0
+
+
+PICTURE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+PICTURE_SUFFIXES = {".svg", ".png", ".jpg", ".jpeg", ".gif", ".webp"}
+
+
+def shown_pictures(docs: Path) -> dict[Path, list[tuple[str, str]]]:
+    """Every local picture a page shows (``![alt](path)``, relative to the page), with the
+    pages and alt texts that show it."""
+    shown: dict[Path, list[tuple[str, str]]] = {}
+    for page in sorted(docs.rglob("*.md")):
+        for alt, target in PICTURE.findall(page.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            path = (page.parent / target).resolve()
+            shown.setdefault(path, []).append((str(page.relative_to(docs)), alt))
+    return shown
+
+
+def test_every_picture_is_shown_and_every_shown_picture_exists() -> None:
+    docs = ROOT / "docs"
+    shown = shown_pictures(docs)
+    files = {p.resolve() for p in (docs / "img").rglob("*") if p.suffix in PICTURE_SUFFIXES}
+    assert files, "docs/img has no pictures"
+    assert not files - shown.keys(), f"pictures no page shows: {sorted(files - shown.keys())}"
+    missing = {str(p): pages for p, pages in shown.items() if not p.is_file()}
+    assert not missing, f"pages show pictures that do not exist: {missing}"
+    assert all(alt.strip() for pages in shown.values() for _, alt in pages), (
+        "a picture has no alt text"
+    )
+    for name in docs_pictures.PICTURES.values():  # the generator's pictures are all there
+        assert (docs / "img" / name).resolve() in shown
+
+
+def test_the_picture_check_finds_a_missing_and_an_unshown_picture(tmp_path: Path) -> None:
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "shown.png").write_bytes(b"png")
+    (tmp_path / "guides").mkdir()
+    (tmp_path / "guides" / "a.md").write_text(
+        "![the shown one](../img/shown.png) ![](../img/gone.svg) ![x](https://e.org/y.png)\n"
+    )
+    shown = shown_pictures(tmp_path)
+    assert shown == {
+        (tmp_path / "img" / "shown.png").resolve(): [("guides/a.md", "the shown one")],
+        (tmp_path / "img" / "gone.svg").resolve(): [("guides/a.md", "")],
+    }
+
+
+def test_the_pictures_stay_small() -> None:
+    limits = {".svg": 300_000, ".png": 400_000}
+    for path in (ROOT / "docs" / "img").iterdir():
+        assert path.stat().st_size <= limits.get(path.suffix, 400_000), path.name

@@ -21,8 +21,10 @@ events queued before the bot's first start are its history. What the bot sends i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +74,9 @@ class _Batch:
     rooms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def _state(room_id: str, sender: str, type_: str, key: str, content: dict[str, Any]) -> dict[str, Any]:
+def _state(
+    room_id: str, sender: str, type_: str, key: str, content: dict[str, Any]
+) -> dict[str, Any]:
     digest = hashlib.sha256(f"{room_id}|{type_}|{key}".encode()).hexdigest()[:20]
     return {
         "type": type_,
@@ -131,7 +135,9 @@ class FakeMatrix(FakeServer):
     def add_room(self, room_id: str, *, members: list[str], name: str = "") -> Room:
         """Join the bot to ``room_id`` with ``members`` (the bot is added if missing)."""
         people = [m for m in members if m != self.user_id]
-        room = self.rooms[room_id] = Room(room_id=room_id, members=[*people, self.user_id], name=name)
+        room = self.rooms[room_id] = Room(
+            room_id=room_id, members=[*people, self.user_id], name=name
+        )
         return room
 
     def deliver(self, room_id: str, events: list[dict[str, Any]]) -> int:
@@ -183,7 +189,9 @@ class FakeMatrix(FakeServer):
                 web.post(f"{CLIENT}/join/{{room}}", self._join),
                 web.post(f"{CLIENT}/rooms/{{room}}/join", self._join),
                 web.get("/_matrix/client/v1/media/download/{server}/{media}", self._download),
-                web.get("/_matrix/client/v1/media/download/{server}/{media}/{name}", self._download),
+                web.get(
+                    "/_matrix/client/v1/media/download/{server}/{media}/{name}", self._download
+                ),
                 web.get("/_matrix/media/v3/download/{server}/{media}", self._download),
                 web.post("/_matrix/media/v3/upload", self._upload),
             ]
@@ -201,7 +209,9 @@ class FakeMatrix(FakeServer):
         await self._close_port()
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _auth(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         self.requests.append((request.method, request.path))
         if request.path in PUBLIC:
             return await handler(request)
@@ -223,7 +233,10 @@ class FakeMatrix(FakeServer):
         body = await request.json()
         ident = body.get("identifier") or {}
         user = ident.get("user") or body.get("user")
-        if body.get("password") != self.password or user not in (self.user_id, self.user_id[1:].split(":")[0]):
+        if body.get("password") != self.password or user not in (
+            self.user_id,
+            self.user_id[1:].split(":")[0],
+        ):
             return _error(403, "M_FORBIDDEN", "Invalid username or password")
         device = body.get("device_id") or self.device_id
         return web.json_response(
@@ -244,7 +257,9 @@ class FakeMatrix(FakeServer):
     async def _filter(self, _request: web.Request) -> web.Response:
         return web.json_response({"filter_id": "0"})
 
-    def _room_json(self, room: Room, events: list[dict[str, Any]], *, state: bool) -> dict[str, Any]:
+    def _room_json(
+        self, room: Room, events: list[dict[str, Any]], *, state: bool
+    ) -> dict[str, Any]:
         joined = len(room.members)
         return {
             "summary": {
@@ -272,10 +287,8 @@ class FakeMatrix(FakeServer):
             wait_ms = min(int(request.query.get("timeout") or 0), MAX_WAIT_MS)
             self._new.clear()
             if wait_ms and not self._closing:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._new.wait(), wait_ms / 1000)
-                except TimeoutError:
-                    pass
         if position >= len(self._batches):
             rooms = {}
             for room in self.rooms.values():

@@ -95,8 +95,9 @@ async def replay(url: str, store: Path) -> dict[str, Seen]:
             hs.deliver_batch(batch)  # every event again: a redelivery
             # A sync since s2 means both batches were taken (the token is saved only then).
             await until(lambda: hs.synced_to >= 2, timeout=45)
-            assert stack.gateway is not None
-            await until(stack.gateway.egress.drained, timeout=30)  # whatever it answered, sent
+            gateway = stack.gateway
+            assert gateway is not None
+            await stack.wait_for(gateway.egress.drained, timeout=30)  # whatever it answered, sent
         seen = {room_of(i): Seen() for i in range(len(CASES))}
         for job in queued_turns(url):
             seen[job.thread["chat"]].turns.append(job)
@@ -108,7 +109,9 @@ async def replay(url: str, store: Path) -> dict[str, Seen]:
 
 
 @pytest.fixture(scope="module")
-def replayed(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Seen]:
+def replayed(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Seen]:
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()
     client.close()

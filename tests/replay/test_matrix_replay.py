@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,28 @@ class Seen:
     typing: int = 0
 
 
+@dataclass
+class Replay:
+    """What the gateway did per room, and every failure it logged with a traceback."""
+
+    rooms: dict[str, Seen]
+    crashes: list[str]
+
+
+class Crashes(logging.Handler):
+    """Log records with a traceback or at ERROR: a conversion or an ingress that failed
+    (the adapter drops such an event with a warning, which would look like "ignored")."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.found: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info or record.levelno >= logging.ERROR:
+            kind = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else ""
+            self.found.append(f"{record.name}: {record.getMessage()} {kind}".strip())
+
+
 def room_of(index: int) -> str:
     return f"!replay-{index:03d}:example.org"
 
@@ -73,7 +96,17 @@ def queued_turns(url: str) -> list[TurnJob]:
         client.close()
 
 
-async def replay(url: str, store: Path) -> dict[str, Seen]:
+async def replay(url: str, store: Path) -> Replay:
+    crashes = Crashes()
+    logging.getLogger().addHandler(crashes)
+    try:
+        rooms = await replay_rooms(url, store)
+    finally:
+        logging.getLogger().removeHandler(crashes)
+    return Replay(rooms=rooms, crashes=crashes.found)
+
+
+async def replay_rooms(url: str, store: Path) -> dict[str, Seen]:
     async with FakeMatrix(user_id=BOT, password=PASSWORD) as hs:
         for index, case in enumerate(CASES):
             hs.add_room(room_of(index), members=members(case))
@@ -109,9 +142,7 @@ async def replay(url: str, store: Path) -> dict[str, Seen]:
 
 
 @pytest.fixture(scope="module")
-def replayed(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Seen]:
+def replayed(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Replay:
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()
     client.close()
@@ -129,10 +160,17 @@ def test_the_corpus_has_over_a_hundred_distinct_real_events() -> None:
         assert case.outcome == "ignore" or "thread" in case.expect, case.id
 
 
+def test_no_event_failed_in_the_adapter_or_the_gateway(replayed: Replay) -> None:
+    assert replayed.crashes == []
+
+
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c.id for c in CASES])
-def test_replayed_event(replayed: dict[str, Seen], index: int) -> None:
+def test_replayed_event(replayed: Replay, index: int) -> None:
     case, room = CASES[index], room_of(index)
-    seen = replayed[room]
+    seen = replayed.rooms[room]
+    event_id = case.payload.get("event_id")
+    if isinstance(event_id, str):
+        assert [c for c in replayed.crashes if event_id in c] == [], f"{case.id}: it failed"
     if case.outcome == "ignore":
         assert seen.turns == [], f"{case.id}: a turn for an ignored event"
         assert seen.sent == [] and seen.typing == 0, f"{case.id}: the bot answered"

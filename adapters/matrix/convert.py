@@ -32,6 +32,9 @@ from bot.types import Action, Inbound, Platform, Sender, ThreadRef
 
 TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
 FILE_MSGTYPES = frozenset({"m.file", "m.image", "m.audio", "m.video"})
+THREAD_RELATIONS = frozenset({"m.thread", "io.element.thread"})
+"""``rel_type`` of a message in a thread: ``io.element.thread`` is the unstable name that
+Element versions from before threads were in the spec (v1.4) still send."""
 COMMANDS = registry.MATCHED
 _BANG_COMMAND = re.compile(r"^!(" + "|".join(COMMANDS) + r")\b", re.IGNORECASE)
 _SLASH_COMMAND = re.compile(r"^/(" + "|".join(COMMANDS) + r")\b")
@@ -240,7 +243,7 @@ def _thread_of(
 ) -> ThreadRef:
     thread: str | None = None
     root = relates.get("event_id")
-    if relates.get("rel_type") == "m.thread" and isinstance(root, str) and root:
+    if relates.get("rel_type") in THREAD_RELATIONS and isinstance(root, str) and root:
         thread = valid_text(root)
     elif opens_thread and room.thread_replies and not room.is_dm:
         thread = event_id

@@ -15,6 +15,7 @@ Example::
 
 from bot.redis.server import RedisServer
 from bot.testing.channel import MemoryChannel
+from bot.testing.fake_matrix import FakeMatrix
 from bot.testing.fake_openai import FakeOpenAI
 from bot.testing.fake_slack import FakeSlack
 from bot.testing.fake_telegram import FakeTelegram
@@ -40,6 +41,7 @@ __all__ = [
     "ChatRequest",
     "Fail",
     "FakeCollector",
+    "FakeMatrix",
     "FakeOpenAI",
     "FakeSlack",
     "FakeTelegram",

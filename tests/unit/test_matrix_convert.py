@@ -43,6 +43,20 @@ def test_message_in_a_thread_belongs_to_its_root() -> None:
     assert got.sender.display_name == "Alice" and not got.sender.is_bot
 
 
+@pytest.mark.parametrize("rel_type", ["m.thread", "io.element.thread"])
+def test_a_mention_inside_a_thread_is_answered_in_that_thread(rel_type: str) -> None:
+    # io.element.thread: what Element sent before threads were in the spec (ruma reads it too).
+    content = {
+        "msgtype": "m.text",
+        "body": "FanBot: and you?",
+        "m.relates_to": {"rel_type": rel_type, "event_id": "$root"},
+    }
+    got = inbound_from_event(event(content, eid="$m"), room=GROUP)
+    assert got is not None and got.mentioned
+    assert got.thread == where("$root")
+    assert got.text == "and you?"
+
+
 @pytest.mark.parametrize(
     ("content", "text"),
     [

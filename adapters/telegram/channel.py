@@ -62,6 +62,7 @@ from adapters.telegram.convert import (
     reply_root,
     to_inbound,
     topic_link,
+    unowned_callback,
 )
 from adapters.telegram.markup import Part, Splitter, render_parts
 from adapters.telegram.polling import Poller
@@ -79,6 +80,8 @@ log = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 CALLBACK_TEXT_MAX = 200  # the Bot API's limit for answerCallbackQuery's text
+NOT_OURS = "This button is no longer active."
+"""The answer to a press of a button fanbot does not own (docs/guides/telegram.md)."""
 ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 # Loggers that write request URLs (and so the token): httpx per request, PTB's bots once.
@@ -228,6 +231,11 @@ class TelegramChannel:
         return web.Response(status=200)
 
     async def _deliver(self, data: dict[str, Any]) -> None:
+        stale = unowned_callback(data)
+        if stale is not None:
+            # Not one of our buttons: answered, so the client stops its spinner, and dropped.
+            await self._answer_unowned(stale)
+            return
         try:
             inbound = to_inbound(data, me=self.me, commands=[n for n, _ in self._commands])
         except Exception:
@@ -295,6 +303,13 @@ class TelegramChannel:
             if isinstance(err, BadRequest) and "query is too old" in err.message.lower():
                 return  # nobody waits for it any more: nothing to retry
             raise self._delivery_error(err) from err
+
+    async def _answer_unowned(self, query_id: str) -> None:
+        """Best effort: a redelivered press was answered already ("query is too old")."""
+        try:
+            await self._bot().answer_callback_query(query_id, text=NOT_OURS)
+        except (TelegramError, DeliveryError) as err:
+            self._junk.warning("unowned", "telegram: could not answer a button press: %s", err)
 
     async def open_thread(self, parent: ThreadRef, title: str) -> OpenedThread:
         """A new forum topic (``createForumTopic``) in ``parent``'s chat.

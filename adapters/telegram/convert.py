@@ -14,8 +14,11 @@ Pure functions over the Bot API's JSON (as received by a webhook or from PTB's
   fails validation are dropped (``None``); conversion never raises. Malformed UTF-16 in a
   message's text (a lone surrogate, an entity that splits a pair) drops the message; names
   have lone surrogates replaced. Ids are 64-bit, as in the Bot API.
-* A ``callback_query`` (an inline keyboard button pressed) becomes an addressed Inbound
-  whose text is the button's ``callback_data`` and whose ``callback`` is the query id.
+* A ``callback_query`` (an inline keyboard button pressed) on one of fanbot's buttons (its
+  ``callback_data`` is an approval decision, :mod:`bot.runs.decisions`) becomes an addressed
+  Inbound whose text is that data and whose ``callback`` is the query id. Any other press (a
+  stale keyboard of another bot or an earlier deployment, an inline message's button, a
+  game) is :func:`unowned_callback`: the channel answers it and it starts nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from bot.attachments import FileRef
 from bot.commands import registry
+from bot.runs.decisions import parse_decision
 from bot.types import Action, Inbound, Platform, Sender, ThreadRef
 
 COMMANDS: tuple[tuple[str, str], ...] = registry.menu()
@@ -167,11 +171,30 @@ def to_inbound(
     )
 
 
+def _owned(query: _CallbackQuery) -> bool:
+    """A press of one of fanbot's buttons: under a message, its data a decision."""
+    return query.message is not None and parse_decision(query.data or "") is not None
+
+
+def unowned_callback(update: Mapping[str, Any]) -> str | None:
+    """The query id of a button press that is not fanbot's (to answer and drop), else None."""
+    try:
+        parsed = _Update.model_validate(update)
+    except ValidationError:
+        raw = update.get("callback_query") if isinstance(update, Mapping) else None
+        query_id = raw.get("id") if isinstance(raw, Mapping) else None
+        return query_id if isinstance(query_id, str) and query_id else None
+    query = parsed.callback_query
+    if query is None or _owned(query):
+        return None
+    return query.id
+
+
 def _pressed(query: _CallbackQuery, me: BotIdentity) -> Inbound | None:
-    """A press of an inline keyboard button: its ``callback_data`` is the action's id, and
+    """A press of one of fanbot's buttons: its ``callback_data`` is the action's id, and
     the answer goes to ``answerCallbackQuery`` (``Inbound.callback``)."""
     msg = query.message
-    if msg is None or not query.data:
+    if msg is None or not query.data or not _owned(query):
         return None
     user = query.from_
     name = " ".join(p for p in (user.first_name, user.last_name) if p) or user.username or ""

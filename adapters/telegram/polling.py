@@ -7,6 +7,12 @@ whose hand-over failed (Redis down) is confirmed all the same, and lost. This lo
 when it raises, the loop backs off and fetches again from that very update (Telegram keeps
 unconfirmed updates for a day), so updates are handed over in order and none is skipped.
 A redelivered update has the same dedupe id, so one that was in fact taken is a no-op.
+
+Updates are read as JSON, not as PTB objects: PTB parses a whole batch or raises, so one
+update it cannot parse (a field it does not know yet is fine, a missing one is not) would
+make every later fetch fail the same way and stop polling for good. The converter reads the
+JSON as the webhook route does (:mod:`adapters.telegram.convert` drops what it cannot read),
+so both ways in see the same payloads.
 """
 
 from __future__ import annotations
@@ -17,13 +23,16 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from telegram import Bot, Update
+from telegram import Bot
 from telegram.error import RetryAfter, TelegramError
 
 from bot.logs import ThrottledLog
 from bot.supervise.backoff import Backoff
 
 log = logging.getLogger(__name__)
+
+_READ_SLACK = 10.0
+"""Seconds a ``getUpdates`` read may take beyond its long-polling timeout."""
 
 Deliver = Callable[[dict[str, Any]], Awaitable[None]]
 """Hands one update (as JSON) over; raising means "not taken, fetch it again"."""
@@ -67,16 +76,26 @@ class Poller:
         if not self.offset:
             return
         try:
-            await self._bot.get_updates(
-                offset=self.offset, limit=1, timeout=dtm.timedelta(0), allowed_updates=self._allowed
-            )
+            await self._get_updates(offset=self.offset, limit=1, timeout=0.0)
         except TelegramError as err:
             log.warning("telegram: could not confirm updates below %d: %s", self.offset, err)
 
-    async def _fetch(self) -> Sequence[Update]:
+    async def _get_updates(
+        self, *, offset: int | None, timeout: float, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """``getUpdates`` as JSON: the updates that carry an integer ``update_id``."""
+        data: dict[str, Any] = {"offset": offset, "limit": limit, "timeout": int(timeout)}
+        data["allowed_updates"] = self._allowed
+        # PTB's get_updates parses the batch (see the module docstring); its ``_post`` is the
+        # same request without the parsing. The read timeout outlasts the long poll.
+        raw = await self._bot._post("getUpdates", data, read_timeout=timeout + _READ_SLACK)
+        updates = [u for u in raw or () if isinstance(u, dict)]
+        return [u for u in updates if isinstance(u.get("update_id"), int)]
+
+    async def _fetch(self) -> Sequence[dict[str, Any]]:
         try:
-            updates = await self._bot.get_updates(
-                offset=self.offset or None, timeout=self._timeout, allowed_updates=self._allowed
+            updates = await self._get_updates(
+                offset=self.offset or None, timeout=self._timeout.total_seconds()
             )
         except RetryAfter as err:
             await asyncio.sleep(_seconds(err.retry_after))
@@ -92,19 +111,19 @@ class Poller:
         self._net_backoff.reset()
         return updates
 
-    async def _hand_over(self, update: Update) -> bool:
+    async def _hand_over(self, update: dict[str, Any]) -> bool:
         try:
-            await self._deliver(update.to_dict())
+            await self._deliver(update)
         except Exception as exc:  # not taken: keep the offset here and fetch it again
             delay = self._sink_backoff.next()
             self._log.warning(
                 "sink", "telegram: the gateway did not take update %d (%s: %s); "
-                "fetching it again in %.1fs", update.update_id, type(exc).__name__, exc, delay,
+                "fetching it again in %.1fs", update["update_id"], type(exc).__name__, exc, delay,
             )  # fmt: skip
             await asyncio.sleep(delay)
             return False
         self._sink_backoff.reset()
-        self.offset = update.update_id + 1
+        self.offset = update["update_id"] + 1
         return True
 
 

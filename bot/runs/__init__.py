@@ -18,6 +18,7 @@ module              what it owns
 ``steer_receipts``  what became of each steering message (queued, delivered, missed)
 ``thread_children`` thread-bound children: a run working in a thread of its own
 ``approval_gate``   approvals: park before a tool call, ask, resume on a decision
+``decisions``       ``!approve``/``!deny`` as typed or pressed (pure)
 ``spawn_approval``  a spawn held for approval before it starts (its cost estimate)
 ``estimate``        a spawn's estimate from recent runs of its type and model (pure)
 ``recurring``       schedules: make, list, remove and fire recurring runs

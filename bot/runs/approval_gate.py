@@ -30,7 +30,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import re
 import secrets
 import time
 from collections.abc import Sequence
@@ -42,6 +41,8 @@ from bot.deps import Deps
 from bot.errors import RunParked
 from bot.runs import spawn_approval
 from bot.runs.access import Actor, may_control
+from bot.runs.decisions import DecisionRequest
+from bot.runs.decisions import parse_decision as parse_decision  # where callers look
 from bot.runs.line import slot_job
 from bot.runs.naming import Icon, run_title
 from bot.store.approvals import ApprovalKind, ApprovalRecord, ApprovalState, PendingCall
@@ -189,30 +190,6 @@ def denied_result(approval: ApprovalRecord) -> str:
     if approval.state is ApprovalState.EXPIRED:
         return "error: this call needed a person's approval and nobody answered in time, so it did not run"
     return f"error: denied by {_who(approval.decided_by)}; the call did not run"
-
-
-@dataclass(frozen=True, kw_only=True)
-class DecisionRequest:
-    """``!approve <id> [{json}]`` or ``!deny <id>`` as typed or pressed."""
-
-    approval_id: str
-    approve: bool
-    arguments: str | None = None
-
-
-_DECISION = re.compile(r"^\s*[!/](approve|deny)\s+([0-9a-f]{4,16})\b\s*(.*)$", re.S | re.I)
-
-
-def parse_decision(text: str) -> DecisionRequest | None:
-    """The decision in a message (pure); None when it is not one."""
-    found = _DECISION.match(text)
-    if found is None:
-        return None
-    rest = found[3].strip()
-    approve = found[1].lower() == "approve"
-    return DecisionRequest(
-        approval_id=found[2].lower(), approve=approve, arguments=rest if approve and rest else None
-    )
 
 
 def may_decide(

@@ -18,7 +18,7 @@ units), ``deleteMessage`` (the message stays in :attr:`FakeTelegram.messages`, m
 ``deleted``), ``sendChatAction``, ``setMyCommands``/``getMyCommands``, ``deleteWebhook``,
 ``getWebhookInfo``, inline keyboards (``reply_markup`` checked and kept on the message; an
 edit without one removes it), button presses (:meth:`FakeTelegram.callback_query` builds
-the ``callback_query`` update) and ``answerCallbackQuery`` (each query answered once,
+the ``callback_query`` update; any pushed or :meth:`FakeTelegram.know`-n query counts) and ``answerCallbackQuery`` (each query answered once,
 recorded in :attr:`FakeTelegram.callback_answers`). :meth:`FakeTelegram.inject` makes the next calls fail (429 with
 ``retry_after``, 5xx, any 400), optionally only those whose parameters match;
 :meth:`FakeTelegram.pause` / :meth:`FakeTelegram.resume` take the server off the network
@@ -286,13 +286,26 @@ class FakeTelegram(FakeServer):
     def push(self, update: dict[str, Any]) -> dict[str, Any]:
         """Queue an update for the bot (getUpdates or webhook); assigns ``update_id``."""
         update.setdefault("update_id", next(self._update_ids))
-        for value in update.values():
-            if isinstance(value, dict) and isinstance(value.get("chat"), dict):
-                self._register(value)
+        self.know(update)
         self._pending.append(update)
         self._wakeup.set()
         self._kick_delivery()
         return update
+
+    def know(self, update: dict[str, Any]) -> None:
+        """Know what ``update`` shows, as Telegram does when it sends it: its message's chat
+        and forum topic, its callback query (unanswered). :meth:`push` calls it; a test that
+        POSTs an update to a webhook itself calls it first."""
+        for value in update.values():
+            if isinstance(value, dict) and isinstance(value.get("chat"), dict):
+                self._register(value)
+        query = update.get("callback_query")
+        if isinstance(query, dict) and isinstance(query.get("id"), str):
+            self._callbacks.setdefault(query["id"], False)
+            if isinstance(query.get("message"), dict) and isinstance(
+                query["message"].get("chat"), dict
+            ):
+                self._register(query["message"])
 
     def add_chat(self, chat: dict[str, Any]) -> None:
         """Make ``chat`` known (as if the bot had been added to it)."""
@@ -560,6 +573,8 @@ class FakeTelegram(FakeServer):
 
     def _register(self, msg: dict[str, Any]) -> None:
         chat = msg["chat"]
+        if not isinstance(chat.get("id"), int):
+            return  # not a chat Telegram would send; nothing to know
         self._chats[int(chat["id"])] = chat
         thread = msg.get("message_thread_id")
         if msg.get("is_topic_message") and isinstance(thread, int) and thread != 1:

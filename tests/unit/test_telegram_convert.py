@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from adapters.telegram.convert import BotIdentity, destination, thread_of, to_inbound
+from adapters.telegram.convert import (
+    BotIdentity,
+    destination,
+    thread_of,
+    to_inbound,
+    unowned_callback,
+)
 from bot.types import ThreadRef
 
 ME = BotIdentity(id=4242, username="fanbot_bot")
@@ -182,3 +188,52 @@ def test_destination_omits_general_topic() -> None:
 def test_destination_rejects_foreign_refs() -> None:
     with pytest.raises(ValueError):
         destination(ThreadRef(platform="slack", account="T1", chat="C123", thread="1.2"))
+
+
+def press(data: str | None, *, message: bool = True, **extra: Any) -> dict[str, Any]:
+    query: dict[str, Any] = {"id": "q1", "from": ANN, "chat_instance": "ci", **extra}
+    if data is not None:
+        query["data"] = data
+    if message:
+        query["message"] = {**msg(FORUM)["message"], "from": BOT_USER}
+    return {"update_id": 3, "callback_query": query}
+
+
+@pytest.mark.parametrize("data", ["!approve 3f9a0b1c", "!deny 3f9a0b1c", "/approve 3F9A0B1C"])
+def test_a_press_of_our_button_is_an_addressed_inbound(data: str) -> None:
+    update = press(data)
+    inbound = to_inbound(update, me=ME)
+    assert inbound is not None
+    assert (inbound.text, inbound.callback, inbound.mentioned) == (data, "q1", True)
+    assert inbound.event_id == "callback:q1"
+    assert unowned_callback(update) is None
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        press("action_accept"),
+        press("!approve"),  # no approval id
+        press("approve 3f9a0b1c"),  # not as typed
+        press('{"k": "v"}'),
+        press(None, game_short_name="tetris"),
+        press("!approve 3f9a0b1c", message=False, inline_message_id="im1"),
+        press("Data from button callback", message=False, inline_message_id="im1"),
+        {"update_id": 4, "callback_query": {"id": "q1", "message": "not a message"}},
+    ],
+    ids=["foreign", "no-id", "no-bang", "json", "game", "inline-ours", "inline", "malformed"],
+)
+def test_a_press_of_any_other_button_is_answered_and_starts_nothing(
+    update: dict[str, Any],
+) -> None:
+    assert to_inbound(update, me=ME) is None
+    assert unowned_callback(update) == "q1"
+
+
+@pytest.mark.parametrize(
+    "update",
+    [msg(DM), {"update_id": 1, "callback_query": {"from": ANN}}, {"update_id": 1}, {}],
+    ids=["message", "no-query-id", "no-kind", "empty"],
+)
+def test_only_a_button_press_with_an_id_is_unowned(update: dict[str, Any]) -> None:
+    assert unowned_callback(update) is None

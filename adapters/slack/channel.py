@@ -33,6 +33,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.error import BoltUnhandledRequestError
+from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
@@ -165,6 +166,7 @@ class SlackChannel:
             logger=logging.getLogger("adapters.slack.bolt"),
             raise_error_for_unhandled_request=True,  # to _on_bolt_error: 200, not 404
         )
+        app.use(_Readable(self._unreadable))
         app.event(re.compile(r".*"))(self._on_event)
         app.command(re.compile(r"^/.+"))(self._on_command)
         app.action(re.compile("^" + convert.ACTION_PREFIX))(self._on_action)
@@ -267,6 +269,12 @@ class SlackChannel:
             "bolt", "slack: dropped a payload bolt could not handle (%s: %.200s)",
             type(error).__name__, error,
         )  # fmt: skip
+        return BoltResponse(status=200 if self._settings.mode == "socket" else 400, body="")
+
+    def _unreadable(self, problem: str) -> BoltResponse:
+        """A Socket Mode payload bolt cannot read (HTTP refused it before bolt): one line,
+        and an ack, since a redelivery would fail the same way."""
+        self._junk.warning("socket-shape", "slack: dropped a payload bolt cannot read: %s", problem)
         return BoltResponse(status=200 if self._settings.mode == "socket" else 400, body="")
 
     def _not_acted_on(self, body: dict[str, Any]) -> BoltResponse:
@@ -504,6 +512,30 @@ class SlackChannel:
         if self._client is None:
             raise DeliveryError("the Slack channel is not started")
         return self._client
+
+
+class _Readable(AsyncMiddleware):
+    """Bolt middleware: a body bolt's readers would fail on (:func:`adapters.slack.http.
+    shape_problem`) goes to ``refuse``, before any listener or error handler reads it.
+
+    A class, not a middleware function: bolt builds a function's arguments with the very
+    readers that fail on such a body.
+    """
+
+    def __init__(self, refuse: Callable[[str], BoltResponse]) -> None:
+        self._refuse = refuse
+
+    async def async_process(
+        self,
+        *,
+        req: AsyncBoltRequest,
+        resp: BoltResponse,
+        next: Callable[[], Awaitable[BoltResponse]],
+    ) -> BoltResponse | None:
+        problem = slack_http.shape_problem(req.body) if isinstance(req.body, dict) else None
+        if problem is not None:
+            return self._refuse(problem)
+        return await next()
 
 
 def _converted(

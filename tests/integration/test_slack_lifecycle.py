@@ -114,7 +114,7 @@ async def test_app_rate_limited_is_200_with_a_warning_naming_the_minute(
                 {"type": "reaction_added", "user": "U1"}, team_id="T0FANBOT", app_id="A0FANBOT"
             ),
             False,
-        ),  # fmt: skip
+        ),
     ],
     ids=["shortcut", "view-closed", "someone-elses-button", "reaction"],
 )

@@ -6,8 +6,8 @@ slash command's form, interactivity's ``payload`` field), then again as Slack's 
 (``X-Slack-Retry-Num: 1``). Outcomes are read once, after all posts: the HTTP statuses, the
 turn jobs the gateway queued on ``turns`` (Redis), and what it sent to the fake Slack.
 ``app_uninstalled`` / bot ``tokens_revoked`` cases go last (they end the work for their
-workspace). The event bodies are then replayed through Socket Mode (envelopes, then their
-redelivery), the adapter's other path. See docs/guides/slack.md "Replay suite".
+workspace). The same bodies are then replayed through Socket Mode, the adapter's other
+path (each envelope, then its redelivery), where every one must be acked. See docs/guides/slack.md "Replay suite".
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ from bot.types import Outbound, OutboundKind, Platform, ThreadRef
 from tests.replay.corpus import Case, load
 
 CASES = load("slack")
-EVENTS = [c for c in CASES if c.kind == "event"]
+ENVELOPES = {"event": "events_api", "command": "slash_commands", "interactivity": "interactive"}
+SOCKET = [c for c in CASES if c.kind in ENVELOPES]
+"""Cases Socket Mode carries too (``url_verification``, ``app_rate_limited``: HTTP only)."""
 PARALLEL = 8
 
 
@@ -154,15 +156,17 @@ async def replay_socket(redis_url: str, got: Replayed) -> None:
         adapter = build(Settings(**settings_values))
         async with Stack(values=settings_values, adapters=[adapter], workers=0):
             await slack.wait_connected()
-            for phase in ([c for c in EVENTS if not gone(c)], [c for c in EVENTS if gone(c)]):
-                envelopes = [
-                    (c, await slack.push(wire.envelope("events_api", c.payload))) for c in phase
-                ]
+            for phase in ([c for c in SOCKET if not gone(c)], [c for c in SOCKET if gone(c)]):
+                envelopes = [(c, await slack.push(envelope(c))) for c in phase]
                 retries = [(c, await slack.redeliver(env)) for c, env in envelopes]
                 for case, env in envelopes + retries:
                     await slack.wait_ack(env)
                     got.socket_acks[case.id] = got.socket_acks.get(case.id, 0) + 1
             got.socket_turns = turn_jobs(redis_url)
+
+
+def envelope(case: Case) -> dict[str, Any]:
+    return wire.envelope(ENVELOPES[case.kind], case.payload)
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +228,7 @@ def test_an_uninstalled_workspace_gets_nothing_the_others_do(replayed: Replayed)
     assert replayed.home_sent
 
 
-@pytest.mark.parametrize("case", EVENTS, ids=[c.id for c in EVENTS])
+@pytest.mark.parametrize("case", SOCKET, ids=[c.id for c in SOCKET])
 def test_socket_mode_replay(replayed: Replayed, case: Case) -> None:
     """Each envelope and its redelivery acked; the same turns as over HTTP."""
     assert replayed.socket_acks[case.id] == 2

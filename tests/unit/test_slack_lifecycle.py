@@ -112,7 +112,7 @@ def wrapped(event: dict[str, Any], **outer: Any) -> dict[str, Any]:
                 "authorizations": [{"team_id": "T2"}],
             },
             ("T2", "app_uninstalled"),
-        ),  # fmt: skip
+        ),
         ({"type": "event_callback", "event": {"type": "app_uninstalled"}}, None),  # no team
         ({"type": "app_uninstalled"}, None),
     ],

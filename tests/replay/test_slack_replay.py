@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import pytest
 import redis
-from rq import Queue
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from adapters.slack import build, lifecycle
@@ -75,6 +75,9 @@ def values(redis_url: str, slack: FakeSlack, mode: str) -> dict[str, Any]:
         "redis_url": redis_url,
         "openai": {"base_url": f"http://{LOOPBACK}:9/v1", "model": "fake-model"},
         "limits": {"messages_per_minute_per_user": 0, "messages_per_minute_per_thread": 0},
+        # The corpus's files live on files.slack.com: none is fetched (no network in tests);
+        # a message with files still makes its turn, the files noted as skipped.
+        "attachments": {"max_files": 0},
         "slack": {
             "bot_token": slack.bot_token,
             "app_token": slack.app_token,
@@ -87,12 +90,14 @@ def values(redis_url: str, slack: FakeSlack, mode: str) -> dict[str, Any]:
 
 
 def turn_jobs(redis_url: str) -> list[dict[str, Any]]:
+    """Every turn job the gateway created: queued, or held behind its session's earlier
+    turn (one turn at a time per session; no worker runs them here)."""
     client = redis.Redis.from_url(redis_url)
     try:
-        return [
-            job.args[0]
-            for job in Queue("turns", connection=client, serializer=JSONSerializer).get_jobs()
-        ]
+        keys = [k for k in client.scan_iter("rq:job:*") if k.count(b":") == 2]
+        ids = [k.decode().rpartition(":")[2] for k in keys if client.hget(k, "origin") == b"turns"]
+        jobs = Job.fetch_many(ids, connection=client, serializer=JSONSerializer)
+        return [job.args[0] for job in jobs if job is not None]
     finally:
         client.close()
 

@@ -38,6 +38,9 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import convert, lifecycle, markup
@@ -182,8 +185,9 @@ class SlackChannel:
             raise ConfigError(
                 f"Slack refused FANBOT_SLACK__APP_TOKEN: {exc.response.get('error')}"
             ) from exc
-        self._socket = AsyncSocketModeHandler(
+        self._socket = _SocketHandler(
             app,
+            refuse=self._unreadable,
             app_token=_secret(self._settings.app_token),
             web_client=client,
             ping_interval=self._settings.socket_ping_interval,
@@ -512,6 +516,23 @@ class SlackChannel:
         if self._client is None:
             raise DeliveryError("the Slack channel is not started")
         return self._client
+
+
+class _SocketHandler(AsyncSocketModeHandler):
+    """Bolt's Socket Mode handler, plus an ack and one line for a payload bolt cannot even
+    build its request from (``team`` a number: it reads ``"id" in team``), which would
+    otherwise escape to the socket client as a traceback and stay unacked."""
+
+    def __init__(self, app: AsyncApp, *, refuse: Callable[[str], BoltResponse], **kw: Any):
+        super().__init__(app, **kw)
+        self._refuse = refuse
+
+    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+        try:
+            await super().handle(client, req)
+        except (LookupError, TypeError, AttributeError, ValueError) as exc:
+            self._refuse(f"{type(exc).__name__}: {exc}"[:200])
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
 
 
 class _Readable(AsyncMiddleware):

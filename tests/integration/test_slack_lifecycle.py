@@ -172,3 +172,48 @@ async def test_user_tokens_revoked_changes_nothing(slack: FakeSlack, served: Ser
     assert await served.post(slack, lifecycle_event(slack, slack.team_id, event)) == 200
     await served.adapter.send(reply(slack.team_id))
     assert [m.text for m in slack.messages] == ["hi"]
+
+
+# -- Socket Mode: the same payloads are acked (a redelivery would fail alike), one line each --
+
+
+@pytest.fixture
+async def socket(slack: FakeSlack) -> AsyncIterator[list[Inbound]]:
+    inbox: list[Inbound] = []
+
+    async def sink(inbound: Inbound) -> None:
+        inbox.append(inbound)
+
+    adapter = SlackChannel(settings=slack.settings())
+    await adapter.start(sink)
+    await slack.wait_connected()
+    try:
+        yield inbox
+    finally:
+        await adapter.stop()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"type": "block_actions", "user": {"id": "U1"}, "team": {"id": "T1"}},  # no actions
+        {"type": "workflow_step_edit", "callback_id": "c", "user": {"id": "U1"}},
+        {"type": "block_actions", "team": 5, "actions": [{"action_id": "a"}]},  # bolt's request
+        {"type": "shortcut", "callback_id": "someone-elses", "user": {"id": "U1"}},  # 200 anyway
+    ],
+    ids=["no-actions", "no-workflow-step", "team-a-number", "not-ours"],
+)
+async def test_socket_mode_acks_what_it_cannot_or_need_not_read(
+    slack: FakeSlack,
+    socket: list[Inbound],
+    caplog: pytest.LogCaptureFixture,
+    body: dict[str, Any],
+) -> None:
+    caplog.set_level(logging.INFO)
+    for _ in range(2):
+        await slack.wait_ack(await slack.push_interactive(body))
+    assert len(ours(caplog)) == (0 if body["type"] == "shortcut" else 1)
+    no_traceback(caplog)
+    assert socket == []
+    await slack.wait_ack(await slack.push_event(slack.app_mention(text="<@U0FANBOT> still up")))
+    assert [i.text for i in socket] == ["still up"]

@@ -4,10 +4,11 @@ One gateway per module, in Slack HTTP mode against the fake Slack, no workers: e
 of ``corpus/slack`` is signed and POSTed to ``/slack/events`` as Slack sends it (JSON, a
 slash command's form, interactivity's ``payload`` field), then again as Slack's redelivery
 (``X-Slack-Retry-Num: 1``). Outcomes are read once, after all posts: the HTTP statuses, the
-turn jobs the gateway queued on ``turns`` (Redis), and what it sent to the fake Slack.
-``app_uninstalled`` / bot ``tokens_revoked`` cases go last (they end the work for their
-workspace). The same bodies are then replayed through Socket Mode, the adapter's other
-path (each envelope, then its redelivery), where every one must be acked. See docs/guides/slack.md "Replay suite".
+turn jobs the gateway created (Redis: queued on ``turns`` or held behind their session's
+earlier turn), and what it sent to the fake Slack. ``app_uninstalled`` / bot
+``tokens_revoked`` cases go last (they end the work for their workspace). The same bodies
+are then replayed through Socket Mode, the adapter's other path (each envelope, then its
+redelivery), where every one must be acked. See docs/guides/slack.md "Replay suite".
 """
 
 from __future__ import annotations
@@ -102,9 +103,11 @@ def turn_jobs(redis_url: str) -> list[dict[str, Any]]:
         client.close()
 
 
-async def post(session: aiohttp.ClientSession, url: str, case: Case, retry: int | None) -> int:
+async def post(
+    session: aiohttp.ClientSession, url: str, case: Case, *, secret: str, retry: int | None
+) -> int:
     raw, ctype = encoded(case)
-    headers = wire.sign(raw, secret="fake-signing-secret") | {"Content-Type": ctype}
+    headers = wire.sign(raw, secret=secret) | {"Content-Type": ctype}
     if retry is not None:
         headers |= {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"}
     async with session.post(url, data=raw, headers=headers) as resp:
@@ -125,7 +128,9 @@ async def replay_http(redis_url: str, got: Replayed) -> None:
 
                 async def one(case: Case, retry: int | None) -> None:
                     async with limit:
-                        status = await post(session, url, case, retry)
+                        status = await post(
+                            session, url, case, secret=slack.signing_secret, retry=retry
+                        )
                     got.statuses.setdefault(case.id, []).append(status)
 
                 for phase in ([c for c in CASES if not gone(c)], [c for c in CASES if gone(c)]):

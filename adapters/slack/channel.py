@@ -8,6 +8,13 @@ then answers ``url_verification`` and acks. Listeners run before the ack
 (:mod:`adapters.slack.ingest` retries it meanwhile), so a crash or a Redis outage makes
 Slack retry instead of losing the message (the gateway dedupes). Everything else is
 :mod:`adapters.slack.convert` and :mod:`adapters.slack.markup`.
+
+A payload fanbot does not act on (a reaction, a shortcut, ``app_rate_limited``…) is answered
+200 and logged, never bolt's 404: Slack counts a non-2xx answer as a failed delivery and
+disables the events of an app with too many. ``app_uninstalled`` and a bot ``tokens_revoked``
+(:mod:`adapters.slack.lifecycle`) end the adapter's work for that workspace: one warning,
+then its events are dropped and every send there fails as permanent (the outbox drops it);
+other workspaces go on. It lasts until the process restarts (with a new token).
 """
 
 from __future__ import annotations
@@ -25,13 +32,18 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.error import BoltUnhandledRequestError
+from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack import convert, markup
+from adapters.slack import convert, lifecycle, markup
 from adapters.slack import files as slack_files
 from adapters.slack import http as slack_http
 from adapters.slack import parts as slack_parts
@@ -92,6 +104,8 @@ class SlackChannel:
         self._sink: InboundSink | None = None
         self._holder: RetryingSink | None = None
         self._junk = ThrottledLog(log)
+        self._gone: dict[str, str] = {}
+        """Workspaces whose bot token Slack said is gone -> the event that said so."""
         self.identity: convert.BotIdentity | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -153,7 +167,9 @@ class SlackChannel:
             signing_secret=_secret(self._settings.signing_secret),
             process_before_response=True,
             logger=logging.getLogger("adapters.slack.bolt"),
+            raise_error_for_unhandled_request=True,  # to _on_bolt_error: 200, not 404
         )
+        app.use(_Readable(self._unreadable))
         app.event(re.compile(r".*"))(self._on_event)
         app.command(re.compile(r"^/.+"))(self._on_command)
         app.action(re.compile("^" + convert.ACTION_PREFIX))(self._on_action)
@@ -169,8 +185,9 @@ class SlackChannel:
             raise ConfigError(
                 f"Slack refused FANBOT_SLACK__APP_TOKEN: {exc.response.get('error')}"
             ) from exc
-        self._socket = AsyncSocketModeHandler(
+        self._socket = _SocketHandler(
             app,
+            refuse=self._unreadable,
             app_token=_secret(self._settings.app_token),
             web_client=client,
             ping_interval=self._settings.socket_ping_interval,
@@ -181,11 +198,18 @@ class SlackChannel:
     # -- ingress ---------------------------------------------------------------------------
 
     async def _on_event(self, body: dict[str, Any]) -> BoltResponse | None:
+        lost = lifecycle.lost_workspace(body)
+        if lost is not None:
+            self._forget(lost)
+            return None
         inbound = None
         if self.identity is not None:
             inbound = _converted(convert.event_to_inbound, body, self.identity)
-        if inbound is None or self._holder is None:
+        if inbound is None:
+            log.debug("slack: ignored an %s (fanbot does not act on it)", lifecycle.kind_of(body))
             return None  # acked: nothing to hand over
+        if self._holder is None or self._refused(inbound):
+            return None
         inbound = await self._with_files(inbound, body)
         # Socket Mode holds the envelope until the sink took the message; HTTP must answer
         # within 3 s, so it answers 503 (Slack retries) while the holder keeps trying.
@@ -219,7 +243,7 @@ class SlackChannel:
         if self.identity is not None:
             me, name = self.identity, self._settings.slash_command
             inbound = _converted(convert.command_to_inbound, body, me, slash_command=name)
-        if inbound is None or self._holder is None:
+        if inbound is None or self._holder is None or self._refused(inbound):
             await ack()
             return
         # Slack never redelivers a slash command, and a late one would surprise its author:
@@ -235,11 +259,13 @@ class SlackChannel:
         inbound = None
         if self.identity is not None:
             inbound = _converted(convert.action_to_inbound, body, self.identity)
-        if inbound is not None and self._holder is not None:
+        if inbound is not None and self._holder is not None and not self._refused(inbound):
             await self._holder.try_once(inbound, timeout=COMMAND_WAIT_SECONDS)
         await ack()
 
-    async def _on_bolt_error(self, error: Exception) -> BoltResponse:
+    async def _on_bolt_error(self, error: Exception, body: dict[str, Any]) -> BoltResponse:
+        if isinstance(error, BoltUnhandledRequestError):
+            return self._not_acted_on(body)
         # Reached only by a payload bolt's middleware cannot digest (the sink's failures are
         # handled in the listeners): one throttled line, no traceback. Socket Mode acks it,
         # since a retry would fail the same way; HTTP answers 400 (Slack retries 3 times).
@@ -248,6 +274,47 @@ class SlackChannel:
             type(error).__name__, error,
         )  # fmt: skip
         return BoltResponse(status=200 if self._settings.mode == "socket" else 400, body="")
+
+    def _unreadable(self, problem: str) -> BoltResponse:
+        """A Socket Mode payload bolt cannot read (HTTP refused it before bolt): one line,
+        and an ack, since a redelivery would fail the same way."""
+        self._junk.warning("socket-shape", "slack: dropped a payload bolt cannot read: %s", problem)
+        return BoltResponse(status=200 if self._settings.mode == "socket" else 400, body="")
+
+    def _not_acted_on(self, body: dict[str, Any]) -> BoltResponse:
+        """A signed, well-formed payload no listener of ours takes: 200 (Slack counts any
+        other answer as a failed delivery), a warning for ``app_rate_limited``, else debug."""
+        minute = lifecycle.rate_limited(body)
+        if minute is not None:
+            team = lifecycle.team_of(body) or "?"
+            self._junk.warning(
+                "rate-limited", "slack: Slack rate-limited this app's events for workspace "
+                "%s from %s (app_rate_limited); events past the limit are not delivered",
+                team, minute,
+            )  # fmt: skip
+        else:
+            log.debug("slack: ignored a %s (fanbot does not act on it)", lifecycle.kind_of(body))
+        return BoltResponse(status=200, body="")
+
+    def _forget(self, lost: lifecycle.Lost) -> None:
+        """Stop all work for a workspace whose bot token is gone (one line, the first time)."""
+        if lost.team_id in self._gone:
+            return
+        self._gone[lost.team_id] = lost.event
+        log.warning(
+            "slack: %s for workspace %s: its events are dropped and nothing more is sent "
+            "there until fanbot restarts with a valid token", lost.event, lost.team_id,
+        )  # fmt: skip
+
+    def _refused(self, inbound: Inbound) -> bool:
+        return self._gone_for(inbound.thread) is not None
+
+    def _gone_for(self, thread: ThreadRef) -> str | None:
+        """The event that ended the work for ``thread``'s workspace, or ``None``."""
+        if not self._gone:
+            return None
+        me = self.identity.team_id if self.identity is not None else ""
+        return self._gone.get(thread.account or me)
 
     def http_routes(self) -> list[web.RouteDef]:
         """The Events API / slash-command endpoint for the gateway's aiohttp app.
@@ -300,7 +367,7 @@ class SlackChannel:
         if message.edit_of:  # an approval request's outcome: its buttons go
             await self._replace(message)
             return [message.edit_of]
-        client = self._require_client()
+        client = self._require_client(message.thread)
         texts = self._chunker(markup.to_mrkdwn(message.text), self._settings.max_message_chars)
         book = parts or PartLog(key=message.idempotency_key)
         if book.in_doubt and book.key and not message.ephemeral_to and book.todo(len(texts)):
@@ -361,7 +428,7 @@ class SlackChannel:
     async def open_thread(self, parent: ThreadRef, title: str) -> OpenedThread:
         """A new top-level message in ``parent``'s channel, whose thread the child gets;
         the link is its permalink (``chat.getPermalink``)."""
-        client = self._require_client()
+        client = self._require_client(parent)
         try:
             resp = await client.chat_postMessage(
                 channel=parent.chat, text=markup.to_mrkdwn(f"{Icon.THREAD} {title}")
@@ -375,7 +442,7 @@ class SlackChannel:
 
     async def send_file(self, thread: ThreadRef, file: OutFile, *, key: str) -> str:
         """Upload ``file`` into the thread (``files_upload_v2``); returns the file id."""
-        client = self._require_client()
+        client = self._require_client(thread)
         try:
             return await slack_files.upload(
                 client,
@@ -389,7 +456,7 @@ class SlackChannel:
 
     async def edit(self, thread: ThreadRef, message_id: str, text: str) -> None:
         """Replace a status message's text with ``chat.update`` (truncated to one part)."""
-        client = self._require_client()
+        client = self._require_client(thread)
         converted = markup.to_mrkdwn(text)
         limit = self._settings.max_message_chars
         if len(converted) > limit:
@@ -401,7 +468,7 @@ class SlackChannel:
 
     async def _replace(self, message: Outbound) -> None:
         """``chat.update`` of ``message.edit_of`` with new blocks (none of its buttons)."""
-        client = self._require_client()
+        client = self._require_client(message.thread)
         text = markup.to_mrkdwn(message.text)[:3000]
         try:
             await client.chat_update(
@@ -415,7 +482,7 @@ class SlackChannel:
 
     async def delete(self, thread: ThreadRef, message_id: str) -> None:
         """Remove a status message with ``chat.delete`` (a run that ended quietly)."""
-        client = self._require_client()
+        client = self._require_client(thread)
         try:
             await client.chat_delete(channel=thread.chat, ts=message_id)
         except TRANSIENT_EXCEPTIONS as exc:
@@ -424,6 +491,8 @@ class SlackChannel:
     async def typing(self, thread: ThreadRef) -> None:
         """Show "is working…" in an assistant thread; quietly does nothing elsewhere."""
         if not self._settings.assistant_status or not thread.thread or self._client is None:
+            return
+        if self._gone_for(thread) is not None:
             return
         try:
             # Bounded: the gateway calls this before the event is acked (3 s budget), and
@@ -435,10 +504,59 @@ class SlackChannel:
         except TRANSIENT_EXCEPTIONS as exc:
             log.debug("assistant.threads.setStatus failed: %s", exc)
 
-    def _require_client(self) -> AsyncWebClient:
+    def _require_client(self, thread: ThreadRef) -> AsyncWebClient:
+        """The Web API client for a call into ``thread``; refused (permanent) for a
+        workspace whose bot token is gone, so the outbox drops the message, not retries it."""
+        gone = self._gone_for(thread)
+        if gone is not None:
+            raise DeliveryError(
+                f"not sent: {gone} for Slack workspace {thread.account or 'of the bot'}",
+                permanent=True,
+            )
         if self._client is None:
             raise DeliveryError("the Slack channel is not started")
         return self._client
+
+
+class _SocketHandler(AsyncSocketModeHandler):
+    """Bolt's Socket Mode handler, plus an ack and one line for a payload bolt cannot even
+    build its request from (``team`` a number: it reads ``"id" in team``), which would
+    otherwise escape to the socket client as a traceback and stay unacked."""
+
+    def __init__(self, app: AsyncApp, *, refuse: Callable[[str], BoltResponse], **kw: Any):
+        super().__init__(app, **kw)
+        self._refuse = refuse
+
+    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+        try:
+            await super().handle(client, req)
+        except (LookupError, TypeError, AttributeError, ValueError) as exc:
+            self._refuse(f"{type(exc).__name__}: {exc}"[:200])
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+
+
+class _Readable(AsyncMiddleware):
+    """Bolt middleware: a body bolt's readers would fail on (:func:`adapters.slack.http.
+    shape_problem`) goes to ``refuse``, before any listener or error handler reads it.
+
+    A class, not a middleware function: bolt builds a function's arguments with the very
+    readers that fail on such a body.
+    """
+
+    def __init__(self, refuse: Callable[[str], BoltResponse]) -> None:
+        self._refuse = refuse
+
+    async def async_process(
+        self,
+        *,
+        req: AsyncBoltRequest,
+        resp: BoltResponse,
+        next: Callable[[], Awaitable[BoltResponse]],
+    ) -> BoltResponse | None:
+        problem = slack_http.shape_problem(req.body) if isinstance(req.body, dict) else None
+        if problem is not None:
+            return self._refuse(problem)
+        return await next()
 
 
 def _converted(

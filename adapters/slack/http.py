@@ -5,6 +5,11 @@ signature is checked over the raw bytes first, so an unauthenticated sender lear
 and costs one HMAC; only a body Slack signed is decoded and parsed, and only a body of the
 shape bolt's middleware assumes is handed to bolt (it calls ``.get`` on ``event`` and on
 each ``authorizations`` entry, and would answer anything else with a 500 and a traceback).
+An interactivity body must also hold what bolt's ``to_action`` / ``to_step`` / ``to_view``
+read with ``[]`` (:func:`interactivity_problem`): bolt builds every listener argument from
+them, its error handler's too, so a ``KeyError`` there is a 500 that no handler of ours sees.
+:func:`reader_problem` then runs bolt's own readers over the body, so a field a later bolt
+version reads fails here, as a 400, not in bolt.
 
 Slack retries a delivery that got no 2xx at most three times (at once, after a minute,
 after five), so a signed body that is malformed gets a plain 400: retrying is bounded and
@@ -20,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+from slack_bolt.request import payload_utils as bolt_payload
+
 from bot.text import jsonsafe
 
 SIGNATURE_WINDOW_SECONDS = 300
@@ -28,8 +35,20 @@ _MAX_TIMESTAMP_DIGITS = 12
 _FORM = "application/x-www-form-urlencoded"
 _STRING_FIELDS = (
     *("type", "team_id", "api_app_id", "event_id", "challenge", "token"),
-    *("command", "channel_id", "user_id", "text", "trigger_id"),
+    *("command", "channel_id", "user_id", "text", "trigger_id", "callback_id", "action_id"),
 )
+_CALLBACK_TYPES = frozenset(
+    {"interactive_message", "dialog_submission", "dialog_cancellation", "dialog_suggestion"}
+    | {"workflow_step_edit", "shortcut", "message_action"}
+)
+"""Interactivity types bolt matches by their string ``callback_id``."""
+_VIEW_TYPES = frozenset({"view_submission", "view_closed"})
+_READERS = (
+    bolt_payload.to_action, bolt_payload.to_step, bolt_payload.to_view,
+    bolt_payload.to_options, bolt_payload.to_shortcut, bolt_payload.to_event,
+    bolt_payload.to_message, bolt_payload.to_command,
+)  # fmt: skip
+"""The readers bolt calls to build every listener's (and error handler's) arguments."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,4 +132,51 @@ def shape_problem(body: Mapping[str, Any]) -> str | None:
         isinstance(auths, list) and all(isinstance(a, dict) for a in auths)
     ):
         return "'authorizations' is not a list of objects"
+    return interactivity_problem(body) or reader_problem(body)
+
+
+def interactivity_problem(body: Mapping[str, Any]) -> str | None:
+    """What an interactivity body lacks of what Slack always sends and bolt reads, or ``None``.
+
+    Slack documents these fields as present in every such payload; bolt reads them with
+    ``[]`` once the ``type`` says what the body is.
+    """
+    kind = body.get("type")
+    if kind in _CALLBACK_TYPES and not isinstance(body.get("callback_id"), str):
+        return f"{kind} without a string 'callback_id'"
+    if kind in ("block_actions", "interactive_message"):
+        actions = body.get("actions")
+        if not isinstance(actions, list) or not actions:
+            return f"{kind} without 'actions'"
+        if not all(isinstance(a, dict) for a in actions):
+            return f"{kind} 'actions' are not objects"
+        if kind == "block_actions" and not isinstance(actions[0].get("action_id"), str):
+            return "block_actions action without a string 'action_id'"
+    if kind == "workflow_step_edit" and not isinstance(body.get("workflow_step"), dict):
+        return "workflow_step_edit without 'workflow_step'"
+    if kind == "block_suggestion" and not isinstance(body.get("action_id"), str):
+        return "block_suggestion without a string 'action_id'"
+    if kind in _VIEW_TYPES:
+        view = body.get("view")
+        if not isinstance(view, dict):
+            return f"{kind} without a 'view' object"
+        if not isinstance(view.get("type"), str) or not isinstance(view.get("callback_id"), str):
+            return f"{kind} 'view' without a string 'type' and 'callback_id'"
+        if view["type"] == "workflow_step" and not isinstance(body.get("workflow_step"), dict):
+            return f"{kind} of a workflow step without 'workflow_step'"
+    return None
+
+
+def reader_problem(body: Mapping[str, Any]) -> str | None:
+    """What bolt's own argument readers fail on in ``body``, or ``None``.
+
+    The safety net behind :func:`interactivity_problem`: the readers of the bolt version
+    installed, run here where a failure is a 400 and one line, not a 500 in bolt.
+    """
+    payload = dict(body)
+    for read in _READERS:
+        try:
+            read(payload)
+        except (LookupError, TypeError, AttributeError, ValueError) as exc:
+            return f"bolt's {read.__name__} cannot read it ({type(exc).__name__}: {exc})"[:200]
     return None

@@ -25,6 +25,10 @@ from bot.supervise.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
+CONFIRM_SECONDS = 3.0
+"""The confirming ``getUpdates`` at stop gets this long (unconfirmed updates are only sent
+again, and deduped)."""
+
 Deliver = Callable[[dict[str, Any]], Awaitable[None]]
 """Hands one update (as JSON) over; raising means "not taken, fetch it again"."""
 
@@ -53,10 +57,16 @@ class Poller:
         """The next update id to ask for: every update below it was taken by the sink."""
 
     async def run(self) -> None:
-        while True:
-            for update in await self._fetch():
-                if not await self._hand_over(update):
-                    break  # fetch again from this update
+        try:
+            while True:
+                for update in await self._fetch():
+                    if not await self._hand_over(update):
+                        break  # fetch again from this update
+        except asyncio.CancelledError:
+            # The gateway stops: the getUpdates in flight is cancelled, not waited for (it
+            # can be held up to ``timeout`` s); its updates stay unconfirmed, fetched again.
+            log.info("stopping: telegram polling stopped (offset %d)", self.offset)
+            raise
 
     async def confirm(self) -> None:
         """Tell Telegram which updates were taken (one short ``getUpdates`` with the offset).
@@ -67,10 +77,12 @@ class Poller:
         if not self.offset:
             return
         try:
-            await self._bot.get_updates(
-                offset=self.offset, limit=1, timeout=dtm.timedelta(0), allowed_updates=self._allowed
-            )
-        except TelegramError as err:
+            async with asyncio.timeout(CONFIRM_SECONDS):
+                await self._bot.get_updates(
+                    offset=self.offset, limit=1, timeout=dtm.timedelta(0),
+                    allowed_updates=self._allowed,
+                )  # fmt: skip
+        except (TelegramError, TimeoutError) as err:
             log.warning("telegram: could not confirm updates below %d: %s", self.offset, err)
 
     async def _fetch(self) -> Sequence[Update]:

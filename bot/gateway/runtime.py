@@ -160,6 +160,7 @@ class Gateway:
             announcing=self.egress.announcing,
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._serving = False
         self._http: web.AppRunner | None = None
         self._metrics_http: web.AppRunner | None = None
         self.starter = AdapterStarter(
@@ -193,6 +194,7 @@ class Gateway:
         await self.starter.start_all(self.adapters.values())
         self._starting.intersection_update(self.starter.retrying)  # refused ones: not waited for
         await self._start_http()
+        self._serving = True
 
     async def _warm_prices(self) -> None:
         """Load the price table off the event loop now: a stop ends its run here, and the
@@ -306,7 +308,8 @@ class Gateway:
                 await steps.run(name, runner.cleanup())
         # Egress and progress end before the adapters they post through: a post after an
         # adapter's stop would fail, or (nio) open a new HTTP session that nobody closes.
-        await steps.run("loops", cancel_all(self._tasks))
+        # A task cancelled while its Redis client connects may miss the first cancel.
+        await steps.run("loops", cancel_all(self._tasks, every=0.1))
         await steps.run("egress", self.egress.close())
         await steps.run("progress", self.progress.close())
         await steps.run("metrics", self.observer.flush())  # what the last deliveries counted
@@ -316,4 +319,5 @@ class Gateway:
         self.observer.close()
         await steps.run("redis watch", asyncio.to_thread(self.redis_watch.stop))
         self.deps.close()
-        log.info("stopping: %s", steps.summary())
+        # A start that failed says so in its own line; only a gateway that served says this.
+        log.log(logging.INFO if self._serving else logging.DEBUG, "stopping: %s", steps.summary())

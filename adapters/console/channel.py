@@ -108,6 +108,7 @@ class ConsoleChannel:
         self._view = LiveView()
         self._status_texts: dict[str, str] = {}
         self._thinking_since: dict[str, float] = {}
+        self._waiting: dict[str, bool] = {}
         self._last_input: dict[str, float] = {}
 
     @property
@@ -270,6 +271,14 @@ class ConsoleChannel:
             self._thinking_since[thread] = sent if now - sent < THINKING_FROM_INPUT else now
         for thread in self._thinking_since.keys() - view.thinking:
             del self._thinking_since[thread]
+        # Thinking and waiting for subagents are each timed from when they began.
+        for thread in view.thinking:
+            waiting = bool(view.waiting.get(thread))
+            if thread in self._waiting and waiting != self._waiting[thread]:
+                self._thinking_since[thread] = now
+            self._waiting[thread] = waiting
+        for thread in self._waiting.keys() - view.thinking:
+            del self._waiting[thread]
         self._view = view
 
     def _remember_status(self, message_id: str, text: str) -> None:

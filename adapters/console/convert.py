@@ -134,7 +134,10 @@ class LiveView:
 
     runs: tuple[LiveRun, ...] = ()
     thinking: frozenset[str] = field(default_factory=frozenset)
-    """Threads whose main-agent turn is queued or running."""
+    """Threads whose main agent has an answer still to come."""
+    waiting: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Threads (among ``thinking``) whose main agent is not calling the model but waiting for
+    its subagents: the numbers of the runs it waits for (:mod:`bot.runs.turn_state`)."""
 
 
 def ordinal_in_line(position: int) -> str:
@@ -155,6 +158,21 @@ def run_detail(run: LiveRun, status_text: str | None) -> str:
     return _WORKER_ELAPSED.sub("", detail).strip() if found else "running"
 
 
+MAX_NAMED_RUNS = 5
+
+
+def turn_doing(waiting_for: tuple[int, ...]) -> str:
+    """What the main agent is doing: thinking, or waiting for the runs ``waiting_for``
+    (their numbers; empty: thinking)."""
+    if not waiting_for:
+        return "fanbot is thinking"
+    if len(waiting_for) == 1:
+        return f"waiting for subagent #{waiting_for[0]}"
+    named = ", ".join(f"#{n}" for n in waiting_for[:MAX_NAMED_RUNS])
+    more = ", …" if len(waiting_for) > MAX_NAMED_RUNS else ""
+    return f"waiting for {len(waiting_for)} subagents ({named}{more})"
+
+
 def live_lines(
     view: LiveView,
     *,
@@ -166,7 +184,7 @@ def live_lines(
     """The live area: one line per thinking thread and per run in flight, elapsed times
     computed from ``now`` so they tick between snapshots."""
     lines = [
-        f"{thread_prefix(t, show_thread=show_thread)}… fanbot is thinking · "
+        f"{thread_prefix(t, show_thread=show_thread)}… {turn_doing(view.waiting.get(t, ()))} · "
         + duration(now - thinking_since.get(t, now), floor=True)
         for t in sorted(view.thinking)
     ]

@@ -44,10 +44,12 @@ from bot.config import AttachmentSettings, MatrixSettings
 from bot.errors import DeliveryError
 from bot.logs import ThrottledLog
 from bot.ports import InboundSink, OpenedThread, OutFile, PartLog
+from bot.redis.url import public_url
 from bot.runs.naming import Icon
 from bot.supervise.aio import cancel_all
 from bot.supervise.backoff import Backoff
 from bot.text.chunking import split_markdown
+from bot.text.network import unreachable_reason
 from bot.types import Inbound, Outbound, OutboundKind, Platform, ThreadRef
 
 log = logging.getLogger(__name__)
@@ -153,7 +155,10 @@ class MatrixChannel:
                 log.warning("matrix: sync failed (%s); retrying in %.1fs", exc, wait)
             except (ClientError, TimeoutError) as exc:
                 wait = backoff.next()
-                log.warning("matrix: sync connection failed (%s); retrying in %.1fs", exc, wait)
+                log.warning(
+                    "matrix: cannot reach %s (%s); retrying in %.0fs",
+                    public_url(self.settings.homeserver or ""), _why(exc), wait,
+                )  # fmt: skip
             except Exception:
                 wait = backoff.next()
                 log.exception("matrix: sync failed; retrying in %.1fs", wait)
@@ -507,3 +512,12 @@ class MatrixChannel:
             message=response.message,
             retry_after_ms=response.retry_after_ms,
         )
+
+
+def _why(exc: BaseException) -> str:
+    """``DNS lookup failed: …``, ``connection refused``, else the error's type and text."""
+    reason = unreachable_reason(exc)
+    if reason is not None:
+        return reason
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -56,7 +56,10 @@ def make_client(settings: MatrixSettings, store_path: Path) -> Client:
     config = AsyncClientConfig(
         # One 429 comes back to us as an error: the outbox owns retrying with Retry-After.
         max_limit_exceeded=0,
-        max_timeouts=2,
+        # A connection that fails comes back at once too: nio would retry it twice, logging
+        # "Timed out, sleeping for 0s" even for a DNS failure. The sync loop and the gateway's
+        # start retry with back-off and say why in one line (docs/troubleshooting.md).
+        max_timeouts=0,
         encryption_enabled=encrypted,
         store=SqliteStore,  # nio insists on a class even when encryption is off
         store_sync_tokens=False,

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 _READ_SLACK = 10.0
 """Seconds a ``getUpdates`` read may take beyond its long-polling timeout."""
+CONFIRM_SECONDS = 3.0
+"""The confirming ``getUpdates`` at stop gets this long (unconfirmed updates are only sent
+again, and deduped)."""
 
 Deliver = Callable[[dict[str, Any]], Awaitable[None]]
 """Hands one update (as JSON) over; raising means "not taken, fetch it again"."""
@@ -62,10 +65,16 @@ class Poller:
         """The next update id to ask for: every update below it was taken by the sink."""
 
     async def run(self) -> None:
-        while True:
-            for update in await self._fetch():
-                if not await self._hand_over(update):
-                    break  # fetch again from this update
+        try:
+            while True:
+                for update in await self._fetch():
+                    if not await self._hand_over(update):
+                        break  # fetch again from this update
+        except asyncio.CancelledError:
+            # The gateway stops: the getUpdates in flight is cancelled, not waited for (it
+            # can be held up to ``timeout`` s); its updates stay unconfirmed, fetched again.
+            log.info("stopping: telegram polling stopped (offset %d)", self.offset)
+            raise
 
     async def confirm(self) -> None:
         """Tell Telegram which updates were taken (one short ``getUpdates`` with the offset).
@@ -76,8 +85,9 @@ class Poller:
         if not self.offset:
             return
         try:
-            await self._get_updates(offset=self.offset, limit=1, timeout=0.0)
-        except TelegramError as err:
+            async with asyncio.timeout(CONFIRM_SECONDS):
+                await self._get_updates(offset=self.offset, limit=1, timeout=0.0)
+        except (TelegramError, TimeoutError) as err:
             log.warning("telegram: could not confirm updates below %d: %s", self.offset, err)
 
     async def _get_updates(

@@ -119,7 +119,15 @@ def live_view(
         )
 
     thinking = frozenset(thread_of[k] for k in snapshot.turns if k in thread_of)
-    return LiveView(runs=tuple(live(r) for r in snapshot.runs), thinking=thinking)
+    # The runs still unfinished in this snapshot: one that just ended is no longer waited for.
+    number = {r.run_id: r.seq for r in snapshot.runs}
+    waiting = {
+        thread_of[k]: numbers
+        for k, state in snapshot.states.items()
+        if k in thread_of
+        and (numbers := tuple(sorted(number[i] for i in state.waiting_for if i in number)))
+    }
+    return LiveView(runs=tuple(live(r) for r in snapshot.runs), thinking=thinking, waiting=waiting)
 
 
 async def run_console(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from bot.deps import Deps
 from bot.runs.join import cancel_joins
 from bot.runs.stop import running_turn, stop_run, stop_turn
+from bot.runs.turn_state import TurnState, turn_state
 from bot.types import RunRecord, RunStatus
 
 
@@ -27,12 +28,15 @@ class InFlight:
         turns: Session keys with a main-agent turn queued or executing, or a fan-in whose
             continuation turn is still to come.
         line: Job ids of every run waiting to start, in the order they will start.
+        states: Session key -> what its main agent is doing (thinking or waiting for its
+            subagents), for the keys in ``turns``.
     """
 
     runs: tuple[RunRecord, ...] = ()
     roots: Mapping[str, str] = field(default_factory=dict)
     turns: frozenset[str] = field(default_factory=frozenset)
     line: tuple[str, ...] = ()
+    states: Mapping[str, TurnState] = field(default_factory=dict)
 
     @property
     def idle(self) -> bool:
@@ -60,10 +64,11 @@ def in_flight(deps: Deps, session_keys: Iterable[str]) -> InFlight:
     roots = ours(active, keys)
     runs = sorted((r for r in active if r.run_id in roots), key=lambda r: (r.created_at, r.seq))
     # A fan-in not yet continued is an answer still to come.
-    turns = frozenset(k for k in keys if deps.jobs.turns_in_flight(k) or deps.joins.of_session(k))
+    states = {k: state for k in sorted(keys) if (state := turn_state(deps, k)) is not None}
+    turns = frozenset(states)
     waiting = any(r.status is RunStatus.QUEUED for r in runs)
     line = tuple(deps.jobs.subagent_line()) if waiting else ()
-    return InFlight(runs=tuple(runs), roots=roots, turns=turns, line=line)
+    return InFlight(runs=tuple(runs), roots=roots, turns=turns, line=line, states=states)
 
 
 def _runs(n: int) -> str:

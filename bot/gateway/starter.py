@@ -4,7 +4,8 @@ Every adapter gets one attempt at once (concurrently). One that fails is retried
 background with back-off (1 s doubling to 60 s) while the others serve, each failure one
 log line::
 
-    telegram: cannot reach https://api.telegram.org/bot (ConnectError); retrying in 4s
+    telegram: cannot reach https://api.telegram.org/bot (connection refused); retrying in 4s
+    matrix: cannot reach https://matrix.example.org (DNS lookup failed: Name or service not known); retrying in 8s
 
 A :class:`~bot.errors.ConfigError` (a rejected token) is not retried: retrying cannot fix
 it. Only when *every* adapter fails that way does the start itself fail, so ``fanbot
@@ -28,6 +29,7 @@ from bot.errors import ConfigError
 from bot.ports import ChannelAdapter, InboundSink
 from bot.supervise.aio import cancel_all
 from bot.supervise.backoff import Backoff
+from bot.text.network import causes, unreachable_reason
 
 log = logging.getLogger(__name__)
 
@@ -128,26 +130,18 @@ def _log_refused(adapter: ChannelAdapter, error: ConfigError) -> None:
 
 
 def describe_failure(platform: str, url: str | None, exc: BaseException) -> str:
-    """``telegram: cannot reach <url> (ConnectError)`` for a network failure, else
-    ``telegram: cannot start: <Type>: <message>`` (one line, bounded)."""
-    chain = _causes(exc)
+    """``matrix: cannot reach <url> (DNS lookup failed: …)`` or ``(connection refused)``
+    for a network failure (the client library's exception type when the reason is less
+    plain), else ``telegram: cannot start: <Type>: <message>`` (one line, bounded)."""
+    chain = causes(exc)
     if any(_is_network(e) for e in chain):
         named = next((e for e in chain if _from_client_library(e)), chain[-1])
-        return f"{platform}: cannot reach {url or 'the platform'} ({type(named).__name__})"
+        why = unreachable_reason(exc) or type(named).__name__
+        return f"{platform}: cannot reach {url or 'the platform'} ({why})"
     reason = " ".join(str(exc).split())
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[: MAX_REASON_CHARS - 1] + "…"
     return f"{platform}: cannot start: {type(exc).__name__}: {reason}"
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """``exc`` and what caused it, outermost first (cycles cut)."""
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in chain:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    return chain
 
 
 def _is_network(exc: BaseException) -> bool:

@@ -70,7 +70,7 @@ async def test_telegram_down_at_start_slack_serves_then_telegram_joins(
             )
             assert not tg.calls_to("getUpdates")  # Telegram is not running yet
             retry = re.compile(
-                rf"telegram: cannot reach {re.escape(tg.api_url)} \(ConnectError\); "
+                rf"telegram: cannot reach {re.escape(tg.api_url)} \(connection refused\); "
                 r"retrying in \d+s"
             )
             assert any(retry.fullmatch(r.getMessage()) for r in caplog.records), caplog.text

@@ -142,8 +142,8 @@ def test_unreachable_telegram_is_one_log_line_per_attempt_and_the_gateway_keeps_
             [sys.executable, "-m", "bot", "gateway"], env=env, cwd=home, stderr=out
         )
     try:
-        first = f"telegram: cannot reach {api} (ConnectError); retrying in 1s"
-        second = f"telegram: cannot reach {api} (ConnectError); retrying in 2s"
+        first = f"telegram: cannot reach {api} (connection refused); retrying in 1s"
+        second = f"telegram: cannot reach {api} (connection refused); retrying in 2s"
         deadline = time.monotonic() + 30
         while second not in log.read_text() and time.monotonic() < deadline:
             assert proc.poll() is None, log.read_text()
@@ -156,8 +156,12 @@ def test_unreachable_telegram_is_one_log_line_per_attempt_and_the_gateway_keeps_
     text = log.read_text()
     assert code == 0, text
     assert "Traceback" not in text and "secret-token" not in text
-    # One line per attempt, nothing else but the one start-up line of the HTTP endpoints.
-    lines = [line for line in text.splitlines() if "HTTP endpoints on" not in line]
+    # One line per attempt, nothing else but the start-up line of the HTTP endpoints and
+    # the stop's.
+    lines = [
+        line for line in text.splitlines() if "HTTP endpoints on" not in line
+        and "stopping: stopped in" not in line
+    ]  # fmt: skip
     assert all("WARNING" in line for line in lines), text
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 import aiohttp
 import httpx
@@ -88,7 +89,7 @@ async def test_one_platform_down_never_stops_the_others(
     assert (
         lines
         == [
-            "telegram: cannot reach http://127.0.0.1:9/bot (ConnectError); retrying in 0s",
+            "telegram: cannot reach http://127.0.0.1:9/bot (connection refused); retrying in 0s",
         ]
         * 3
     )
@@ -145,15 +146,29 @@ async def test_cancel_stops_the_retries() -> None:
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [
-        (refused(), "telegram: cannot reach http://h/bot (ConnectError)"),
+        (refused(), "telegram: cannot reach http://h/bot (connection refused)"),
         (
             aiohttp.ClientConnectorError(
                 aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None),
                 OSError(111, "refused"),
             ),
-            "telegram: cannot reach http://h/bot (ClientConnectorError)",
+            "telegram: cannot reach http://h/bot (connection refused)",
         ),
         (TimeoutError(), "telegram: cannot reach http://h/bot (TimeoutError)"),
+        (
+            aiohttp.ClientConnectorDNSError(
+                aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None),
+                socket.gaierror(-2, "Name or service not known"),
+            ),
+            "telegram: cannot reach http://h/bot (DNS lookup failed: Name or service not known)",
+        ),
+        (
+            aiohttp.ClientConnectorError(
+                aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None),
+                OSError(113, "No route to host"),
+            ),
+            "telegram: cannot reach http://h/bot (ClientConnectorError)",
+        ),
         (
             RuntimeError("token\nrejected " + "x" * 500),
             "telegram: cannot start: RuntimeError: token rejected " + "x" * 184 + "…",

@@ -68,6 +68,8 @@ from bot.store.jobs import TurnJob, TurnJobIds
 from bot.types import Inbound, Outbound, OutboundKind, RunRecord
 
 log = logging.getLogger(__name__)
+PRESS_DENIED = "You are not allowed to use this button."
+"""The answer to a button press by someone the access policy keeps out."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,6 +260,19 @@ class Ingress:
     def _ignore(self, message: Message) -> IngressResult:
         verdict = self.verdict(message)
         log.debug("inbound %s: %s", message.inbound.dedupe_id, verdict.value)
+        inbound = message.inbound
+        if verdict is Verdict.DENIED and inbound.callback:
+            # A button press is answered whoever pressed it, or their client keeps spinning;
+            # only the press is answered (no message in the thread).
+            self.deps.outbox.put(
+                Outbound(
+                    thread=inbound.thread,
+                    text=PRESS_DENIED,
+                    idempotency_key=f"denied:{inbound.thread.platform}:{inbound.dedupe_id}",
+                    callback=inbound.callback,
+                    traceparent=tracing.traceparent(),
+                )
+            )
         return IngressResult(verdict=verdict, session_key=message.session_key)
 
     def _is_limited(self, message: Message) -> bool:

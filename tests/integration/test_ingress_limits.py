@@ -19,7 +19,7 @@ from bot.commands import default_router
 from bot.config import Settings
 from bot.deps import Deps
 from bot.gateway.admission import Verdict
-from bot.gateway.ingress import Ingress, IngressResult
+from bot.gateway.ingress import PRESS_DENIED, Ingress, IngressResult
 from bot.store.approvals import ApprovalRecord, ApprovalState, PendingCall
 from bot.types import Inbound, Sender, ThreadRef
 
@@ -214,5 +214,31 @@ def test_a_decision_from_an_allowed_person_is_answered(redis_url: str) -> None:
         ingress, send = make_ingress(deps, fixed=False), Sent()
         assert send(ingress, "!approve 00000000", user="U1").verdict is Verdict.ACCEPT
         assert len(outbox(deps)) == 1  # "no such approval", to the person allowed to ask
+    finally:
+        deps.close()
+
+
+def test_a_button_press_from_outside_the_allowlist_is_answered_and_decides_nothing(
+    redis_url: str,
+) -> None:
+    deps = make_deps(redis_url, telegram={"allow_users": ["U1"]})
+    try:
+        approval(deps)
+        ingress = make_ingress(deps, fixed=False)
+        press = Inbound(
+            thread=THREAD,
+            sender=Sender(user_id="INTRUDER"),
+            text="!approve ab12cd34",
+            message_id="cbq-1",
+            mentioned=True,
+            callback="cbq-1",
+        )
+        assert ingress.handle(press).verdict is Verdict.DENIED
+        assert ingress.handle(press).duplicate  # Telegram's redelivery: answered once
+        [answer] = outbox(deps)
+        assert answer["callback"] == "cbq-1" and answer["text"] == PRESS_DENIED
+        assert answer["ephemeral_to"] is None  # only the press is answered, nothing posted
+        found = deps.approvals.get("ab12cd34")
+        assert found is not None and found.state is ApprovalState.PENDING
     finally:
         deps.close()

@@ -78,7 +78,7 @@ def test_a_launcher_waiting_for_redis_exits_when_its_parent_dies(tmp_path: Path)
     launcher_pid = int(pid_file.read_text())
     try:
         # Waiting for Redis once it says so (its start-up takes seconds on a busy machine).
-        wait_until(lambda: "cannot reach Redis" in log.read_text(), timeout=60)
+        wait_until(lambda: log.exists() and "cannot reach Redis" in log.read_text(), timeout=60)
         assert _alive(launcher_pid)
         parent.kill()
         parent.wait()

@@ -48,10 +48,46 @@ def forks_processes(item: pytest.Item) -> bool:
     )
 
 
+# Files slow for other reasons than worker processes (real CLI start-ups in subprocesses,
+# a homeserver, property-based searches): about how many seconds each takes in all.
+SLOW_FILES = {
+    "tests/integration/test_cli_startup.py": 100.0,
+    "tests/integration/test_doctor.py": 100.0,
+    "tests/integration/test_mcp_tools.py": 40.0,
+    "tests/integration/matrix/test_matrix_channel.py": 40.0,
+    "tests/integration/test_sandbox.py": 20.0,
+    "tests/integration/test_redis_waits.py": 20.0,
+    "tests/integration/test_nothing_silent.py": 15.0,
+    "tests/fuzz/test_fuzz_commands.py": 40.0,
+    "tests/unit/test_chunking.py": 25.0,
+    "tests/unit/test_cli_help.py": 15.0,
+    "tests/conformance/test_conformance.py": 25.0,
+}
+
+
+def _file_seconds(path: Path, items: list[pytest.Item]) -> float:
+    """A rough guess at how long a file's tests take: seconds per end-to-end test (they
+    start processes), a tenth of one per other test, or the figure in SLOW_FILES."""
+    name = path.relative_to(TESTS.parent).as_posix() if path.is_relative_to(TESTS.parent) else ""
+    if name in SLOW_FILES:
+        return SLOW_FILES[name]
+    unit = name.startswith("tests/unit/")
+    return sum(8.0 if i.get_closest_marker("e2e") and not unit else 0.1 for i in items)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the end-to-end tests, then put the slowest files first: ``--dist loadfile``
+    hands out whole files in this order (``--no-loadscope-reorder``), so a long file
+    started last no longer runs alone at the end."""
     for item in items:
         if forks_processes(item):
             item.add_marker(pytest.mark.e2e)
+    by_file: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.path, []).append(item)
+    cost = {path: _file_seconds(path, its) for path, its in by_file.items()}
+    order = {path: i for i, path in enumerate(by_file)}
+    items.sort(key=lambda item: (-cost[item.path], order[item.path]))
 
 
 @pytest.fixture(scope="session")

@@ -66,17 +66,19 @@ def test_a_launcher_waiting_for_redis_exits_when_its_parent_dies(tmp_path: Path)
     """The console (or a test) dies while its launcher still waits for an unreachable
     Redis: the launcher must not linger."""
     env = {**os.environ, "FANBOT_REDIS_URL": "redis://127.0.0.1:1/0", "FANBOT_CONFIG": os.devnull}
-    pid_file = tmp_path / "launcher.pid"
+    pid_file, log = tmp_path / "launcher.pid", tmp_path / "launcher.log"
     script = (
         f"{shlex.quote(sys.executable)} -m workers --count 1 --no-maintenance "
-        f"--parent-pid $$ & echo $! > {shlex.quote(str(pid_file))}; wait"
+        f"--parent-pid $$ > {shlex.quote(str(log))} 2>&1 & "
+        f"echo $! > {shlex.quote(str(pid_file))}; wait"
     )
     parent = subprocess.Popen(["sh", "-c", script], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)  # fmt: skip
-    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", timeout=10)
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", timeout=60)
     launcher_pid = int(pid_file.read_text())
     try:
-        time.sleep(1.0)  # it is waiting for Redis now
+        # Waiting for Redis once it says so (its start-up takes seconds on a busy machine).
+        wait_until(lambda: log.exists() and "cannot reach Redis" in log.read_text(), timeout=60)
         assert _alive(launcher_pid)
         parent.kill()
         parent.wait()
@@ -91,6 +93,10 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie is gone for our purpose (its new parent reaps it).
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(")")[-1].split()[0] != "Z"
+    # A zombie is gone for our purpose (its new parent reaps it); so is a process reaped
+    # between the two looks.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

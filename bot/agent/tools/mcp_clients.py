@@ -64,7 +64,7 @@ class McpClients:
         now = time.monotonic()
         due = {n: s for n, s in servers.items() if self._due(server_key(n, s), now)}
         if due:
-            bound = max(s.timeout_seconds for s in due.values()) + SYNC_GRACE
+            bound = max(_loop_bound(s) for s in due.values()) + SYNC_GRACE
             try:
                 found = self._loop.run(self._list_all(due), timeout=bound)
             except TimeoutError as exc:  # only if the loop itself is stuck
@@ -82,7 +82,7 @@ class McpClients:
         """
         coro = self._call(name, server, tool, arguments)
         try:
-            result = self._loop.run(coro, timeout=server.timeout_seconds + SYNC_GRACE)
+            result = self._loop.run(coro, timeout=_loop_bound(server) + SYNC_GRACE)
         except TimeoutError:  # only if the loop itself is stuck; _call bounds itself
             raise ToolError(f"{name} {_no_answer(server)}") from None
         return render(result)
@@ -183,6 +183,12 @@ async def _all_tools(session: ClientSession) -> tuple[types.Tool, ...]:
         if not cursor:
             break
     return tuple(tools)
+
+
+def _loop_bound(server: McpServer) -> float:
+    """The longest the loop side may take on its own: a start (the first call, or after a
+    reset) within ``start_timeout_seconds``, then the request within ``timeout_seconds``."""
+    return server.start_timeout_seconds + server.timeout_seconds
 
 
 def _no_answer(server: McpServer) -> str:

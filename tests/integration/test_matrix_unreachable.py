@@ -24,8 +24,13 @@ NIO_LINE = "sleeping for"
 UNRESOLVABLE = "https://nonexistent.invalid"
 
 
-def refused_url() -> str:
-    return f"http://127.0.0.1:{free_port()}"
+REFUSED = "refused"
+"""Stands for a loopback port nothing listens on, picked when the test runs (an id that
+is the same in every xdist worker)."""
+
+
+def where(homeserver: str) -> str:
+    return f"http://127.0.0.1:{free_port()}" if homeserver == REFUSED else homeserver
 
 
 def channel(homeserver: str, store: Path) -> MatrixChannel:
@@ -54,13 +59,14 @@ async def lines(caplog: pytest.LogCaptureFixture, pattern: str, count: int = 1) 
     ("homeserver", "reason"),
     [
         (UNRESOLVABLE, r"DNS lookup failed: [^)]+"),
-        (refused_url(), r"connection refused"),
+        (REFUSED, r"connection refused"),
     ],
 )
 async def test_an_unreachable_homeserver_at_start_is_one_line_per_try(
     homeserver: str, reason: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    homeserver = where(homeserver)
     matrix = channel(homeserver, tmp_path)
     starter = AdapterStarter(
         sink=sink, urls={"matrix": homeserver}, on_started=lambda _: None, base=0.05, cap=0.05
@@ -81,13 +87,14 @@ async def test_an_unreachable_homeserver_at_start_is_one_line_per_try(
     ("homeserver", "reason"),
     [
         (UNRESOLVABLE, r"DNS lookup failed: [^)]+"),
-        (refused_url(), r"connection refused"),
+        (REFUSED, r"connection refused"),
     ],
 )
 async def test_a_homeserver_lost_while_syncing_is_one_line_per_try(
     homeserver: str, reason: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    homeserver = where(homeserver)
     matrix = channel(homeserver, tmp_path)
     # As after a start: logged in, a sync token saved; then the server is gone.
     client = matrix._client = make_client(matrix.settings, tmp_path)

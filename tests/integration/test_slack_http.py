@@ -8,7 +8,6 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 
 import aiohttp
 import pytest
@@ -20,42 +19,9 @@ from bot.testing import until
 from bot.testing.fake_slack import FakeSlack
 from bot.testing.netutil import LOOPBACK, bind_loopback
 from bot.types import Inbound
+from tests.integration.slack_support import Served, served, slack
 
-
-@dataclass
-class Served:
-    adapter: SlackChannel
-    url: str
-    inbox: list[Inbound]
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def served(slack: FakeSlack) -> AsyncIterator[Served]:
-    inbox: list[Inbound] = []
-
-    async def sink(inbound: Inbound) -> None:
-        inbox.append(inbound)
-
-    adapter = SlackChannel(settings=slack.settings(mode="http", app_token=None))
-    app = web.Application()
-    app.add_routes(adapter.http_routes())
-    runner = web.AppRunner(app)
-    await runner.setup()
-    sock = bind_loopback()
-    port = sock.getsockname()[1]
-    await web.SockSite(runner, sock).start()
-    await adapter.start(sink)
-    try:
-        yield Served(adapter, f"http://{LOOPBACK}:{port}/slack/events", inbox)
-    finally:
-        await adapter.stop()
-        await runner.cleanup()
+__all__ = ["served", "slack"]  # fixtures
 
 
 async def test_signed_event_is_delivered(slack: FakeSlack, served: Served) -> None:

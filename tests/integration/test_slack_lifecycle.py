@@ -3,65 +3,20 @@ act on is a 200; an uninstalled workspace gets nothing more, the others go on.""
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp import web
 
 from adapters.slack import SlackChannel
 from bot.errors import DeliveryError
 from bot.testing import slack_wire as wire
 from bot.testing.fake_slack import FakeSlack
-from bot.testing.netutil import LOOPBACK, bind_loopback
 from bot.types import Inbound, Outbound, OutboundKind, Platform, ThreadRef
+from tests.integration.slack_support import Served, served, slack
 
-
-class Served:
-    def __init__(self, adapter: SlackChannel, url: str, inbox: list[Inbound]) -> None:
-        self.adapter, self.url, self.inbox = adapter, url, inbox
-
-    async def post(self, slack: FakeSlack, body: dict[str, Any], *, form: bool = False) -> int:
-        if form:
-            raw = urllib.parse.urlencode({"payload": json.dumps(body)}).encode()
-            ctype = "application/x-www-form-urlencoded"
-        else:
-            raw, ctype = json.dumps(body).encode(), "application/json"
-        headers = slack.sign(raw) | {"Content-Type": ctype}
-        async with aiohttp.ClientSession() as s, s.post(self.url, data=raw, headers=headers) as r:
-            return r.status
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def served(slack: FakeSlack) -> AsyncIterator[Served]:
-    inbox: list[Inbound] = []
-
-    async def sink(inbound: Inbound) -> None:
-        inbox.append(inbound)
-
-    adapter = SlackChannel(settings=slack.settings(mode="http", app_token=None))
-    app = web.Application()
-    app.add_routes(adapter.http_routes())
-    runner = web.AppRunner(app)
-    await runner.setup()
-    sock = bind_loopback()
-    await web.SockSite(runner, sock).start()
-    await adapter.start(sink)
-    try:
-        yield Served(adapter, f"http://{LOOPBACK}:{sock.getsockname()[1]}/slack/events", inbox)
-    finally:
-        await adapter.stop()
-        await runner.cleanup()
+__all__ = ["served", "slack"]  # fixtures
 
 
 def ours(caplog: pytest.LogCaptureFixture, level: int = logging.WARNING) -> list[str]:

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,13 +44,11 @@ async def slack() -> AsyncIterator[FakeSlack]:
         yield fake
 
 
-@pytest.fixture
-async def served(slack: FakeSlack) -> AsyncIterator[Served]:
-    inbox: list[Inbound] = []
-
-    async def sink(inbound: Inbound) -> None:
-        inbox.append(inbound)
-
+@contextlib.asynccontextmanager
+async def serve(
+    slack: FakeSlack, sink: Callable[[Inbound], Awaitable[None]]
+) -> AsyncIterator[tuple[SlackChannel, str]]:
+    """The adapter in HTTP mode behind a loopback aiohttp server; it and its events URL."""
     adapter = SlackChannel(settings=slack.settings(mode="http", app_token=None))
     app = web.Application()
     app.add_routes(adapter.http_routes())
@@ -59,7 +58,18 @@ async def served(slack: FakeSlack) -> AsyncIterator[Served]:
     await web.SockSite(runner, sock).start()
     await adapter.start(sink)
     try:
-        yield Served(adapter, f"http://{LOOPBACK}:{sock.getsockname()[1]}/slack/events", inbox)
+        yield adapter, f"http://{LOOPBACK}:{sock.getsockname()[1]}/slack/events"
     finally:
         await adapter.stop()
         await runner.cleanup()
+
+
+@pytest.fixture
+async def served(slack: FakeSlack) -> AsyncIterator[Served]:
+    inbox: list[Inbound] = []
+
+    async def sink(inbound: Inbound) -> None:
+        inbox.append(inbound)
+
+    async with serve(slack, sink) as (adapter, url):
+        yield Served(adapter, url, inbox)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -19,7 +17,7 @@ from bot.testing import until
 from bot.testing.fake_slack import FakeSlack
 from bot.testing.netutil import LOOPBACK, bind_loopback
 from bot.types import Inbound
-from tests.integration.slack_support import Served, served, slack
+from tests.integration.slack_support import Served, serve, served, slack
 
 __all__ = ["served", "slack"]  # fixtures
 
@@ -223,7 +221,7 @@ async def test_a_flood_of_forged_requests_logs_one_line(
 async def test_event_the_sink_refused_is_503_then_taken_by_the_adapters_retries() -> None:
     async with FakeSlack(ack_timeout=None) as slack:
         sink = Refusing()
-        async with serve(slack, sink) as url:
+        async with serve(slack, sink) as (_, url):
             body = slack.event_body(slack.app_mention(text="<@U0FANBOT> hi", ts="700.1"))
             first = await slack.deliver_http(url, body)
             assert first.status == 503  # not confirmed: Slack will retry
@@ -238,7 +236,7 @@ async def test_event_the_sink_refused_is_503_then_taken_by_the_adapters_retries(
 async def test_events_api_retries_reach_a_sink_that_came_back() -> None:
     async with FakeSlack(ack_timeout=3.0, retry_delays=(0.0, 0.5, 0.5)) as slack:
         sink = Refusing()
-        async with serve(slack, sink) as url:
+        async with serve(slack, sink) as (_, url):
             body = slack.event_body(slack.app_mention(text="<@U0FANBOT> hi", ts="710.1"))
             delivery = asyncio.create_task(slack.deliver_http_retrying(url, body))
             await until(lambda: slack.http_deliveries, timeout=10)
@@ -261,20 +259,3 @@ class Refusing:
             self.refused += 1
             raise RuntimeError("redis is down")
         self.taken.append(inbound)
-
-
-@contextlib.asynccontextmanager
-async def serve(slack: FakeSlack, sink: Callable[[Inbound], Awaitable[None]]) -> AsyncIterator[str]:
-    adapter = SlackChannel(settings=slack.settings(mode="http", app_token=None))
-    app = web.Application()
-    app.add_routes(adapter.http_routes())
-    runner = web.AppRunner(app)
-    await runner.setup()
-    sock = bind_loopback()
-    await web.SockSite(runner, sock).start()
-    await adapter.start(sink)
-    try:
-        yield f"http://{LOOPBACK}:{sock.getsockname()[1]}/slack/events"
-    finally:
-        await adapter.stop()
-        await runner.cleanup()

@@ -7,6 +7,10 @@ description), reference documents, scripts and a licence file next to it.
 
 from __future__ import annotations
 
+import atexit
+import functools
+import shutil
+import tempfile
 from pathlib import Path
 
 PDF_FORMS = """---
@@ -78,3 +82,24 @@ def release_notes(skills_dir: Path) -> Path:
 def skill_md(name: str, description: str = "Does a thing. Use when asked.", body: str = "") -> str:
     """A minimal ``SKILL.md``."""
     return f"---\nname: {name}\ndescription: {description}\n---\n{body or '# ' + name}\n"
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "skills" / "examples"
+
+
+@functools.cache
+def open_copy(folder: Path) -> Path:
+    """A copy of ``folder`` the sandbox's uid can read, whatever the clone's own directory
+    allows (a clone under a 0700 directory is closed to it), made once per process."""
+    where = Path(tempfile.mkdtemp(prefix="fanbot-skills-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    copy = where / folder.name
+    shutil.copytree(folder, copy)
+    for path in (where, copy, *copy.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else path.stat().st_mode | 0o444)
+    return copy
+
+
+def open_examples() -> Path:
+    """``docs/skills/examples``, readable by the sandbox's uid (:func:`open_copy`)."""
+    return open_copy(EXAMPLES)

@@ -9,8 +9,6 @@ The skill is the ``csv-summary`` example shipped in ``docs/skills/examples``.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from bot.testing import (
@@ -26,10 +24,11 @@ from bot.testing import (
     until,
 )
 from tests.e2e.conftest import stack_values
+from tests.skill_support import open_examples
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "skills" / "examples"
+EXAMPLES = open_examples()  # readable by the sandbox's uid wherever the clone is
 SCRIPT = "python3 /skills/csv-summary/scripts/summarize.py data/sales.csv"
 CSV = "city,units,note\nOslo,12,\nBergen,30,rain\nTromsø,9,snow\n"
 TYPES = [

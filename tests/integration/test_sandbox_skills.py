@@ -27,12 +27,13 @@ from bot.agent.tools.sandbox import sandbox_status, sandbox_tools
 from bot.config import Settings
 from bot.deps import Deps
 from bot.types import ThreadRef
+from tests.skill_support import open_copy, open_examples
 
 THREAD = ThreadRef(platform="slack", account="T1", chat="C1", thread="1.0")
 SESSION = "agent:main:slack:C1:thread:1.0"
 REPO = Path(__file__).resolve().parents[2]
-COLLECTION = REPO / "tests" / "skill_collection"
-EXAMPLES = REPO / "docs" / "skills" / "examples"
+COLLECTION = open_copy(REPO / "tests" / "skill_collection")  # readable by the sandbox
+EXAMPLES = open_examples()  # readable by the sandbox's uid wherever the clone is
 LIMITS = {"timeout_seconds": 10, "cpu_seconds": 5, "memory_mb": 512, "max_processes": 32,
           "max_output_bytes": 20_000, "disk_mb": 64}  # fmt: skip
 PDF = (

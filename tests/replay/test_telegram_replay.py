@@ -36,7 +36,7 @@ from adapters.telegram.channel import SECRET_HEADER
 from bot.config import Settings
 from bot.redis.server import RedisServer
 from bot.testing.fake_telegram import CallbackAnswer, FakeTelegram
-from bot.testing.netutil import LOOPBACK, free_port
+from bot.testing.netutil import LOOPBACK
 from bot.testing.stack import Stack
 from bot.types import Outbound
 from tests.replay.corpus import Case, load
@@ -91,7 +91,7 @@ def values_for(tg: FakeTelegram, redis_url: str, mode: str, port: int) -> dict[s
         "poll_timeout_seconds": 1,
     }  # fmt: skip
     if mode == "webhook":
-        telegram |= {"webhook_url": f"http://{LOOPBACK}:{port}/telegram/webhook",
+        telegram |= {"webhook_url": f"http://{LOOPBACK}:{port or 9}/telegram/webhook",
                      "webhook_secret": SECRET}  # fmt: skip
     return {
         "redis_url": redis_url,
@@ -110,7 +110,7 @@ def payloads() -> list[dict[str, Any]]:
 
 
 async def replay(mode: str, redis_url: str) -> Replay:
-    port = free_port()
+    port = 0  # the gateway binds a free port itself (no race with other tests for one)
     seen = {c.id: Seen() for c in CASES}
     updates = payloads()
     async with FakeTelegram() as tg:
@@ -123,7 +123,7 @@ async def replay(mode: str, redis_url: str) -> Replay:
             gateway = stack.gateway
             assert gateway is not None
             if mode == "webhook":
-                url = f"http://{LOOPBACK}:{port}/telegram/webhook"
+                url = f"http://{LOOPBACK}:{gateway.http_port}/telegram/webhook"
                 async with ClientSession() as http:
                     for case, update in zip(CASES, updates, strict=True):
                         tg.know(update)
